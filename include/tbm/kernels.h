@@ -1,0 +1,88 @@
+/* Compute kernels over memory ranges: dense expansion, mask statistics and
+ * N:M sparse matmul. Pure functions (no I/O); each has a portable C reference
+ * and AVX2/AVX-512 paths that must match it bit for bit. */
+#ifndef TBM_KERNELS_H
+#define TBM_KERNELS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* Stored weight precision, as coded in the blob header's precision byte. */
+enum tbm_precision {
+    TBM_FP32 = 0,
+    TBM_FP16 = 1,
+    TBM_BF16 = 2,
+    TBM_FP64 = 3,
+};
+
+/* Bytes per stored element of a precision; 0 for an unknown code. */
+size_t tbm_precision_size(unsigned code);
+
+/* Instruction-set level a kernel runs on. */
+enum tbm_isa {
+    TBM_ISA_SCALAR = 0,
+    TBM_ISA_AVX2 = 1,   /* AVX2 + F16C + FMA */
+    TBM_ISA_AVX512 = 2, /* AVX-512 F, BW, VL, DQ */
+};
+
+/* "scalar", "avx2" or "avx512". */
+const char *tbm_isa_name(enum tbm_isa isa);
+
+/* Whether this CPU (and OS) can run kernels of level isa. */
+bool tbm_isa_supported(enum tbm_isa isa);
+
+/* The level to use: the best supported one, or the one named by env (the value
+ * of TBMFS_KERNELS, may be NULL). Returns 0, or -1 when env names an unknown
+ * level or one the CPU lacks. */
+int tbm_isa_select(const char *env, enum tbm_isa *out);
+
+/* Bytes of one group's mask word for group size m (1..32): 1, 2 or 4. */
+static inline uint32_t tbm_mask_word_bytes(uint32_t m)
+{
+    return m <= 8 ? 1 : m <= 16 ? 2 : 4;
+}
+
+/* Expands count elements, starting at flat element index first, to float32.
+ *
+ * weights points at element first's stored value (any alignment). With mask
+ * NULL every element is kept; otherwise m is 1..32 and mask points at the mask
+ * word of group first / m, and element i is kept when bit (i % m) of its
+ * group's little-endian word is set. Pruned elements become +0.0. */
+void tbm_expand(enum tbm_isa isa, enum tbm_precision prec, const void *weights,
+                const uint8_t *mask, uint32_t m, uint64_t first, size_t count, float *out);
+
+/* Counters that header.json reports. */
+struct tbm_mask_stats {
+    uint64_t kept;           /* elements whose mask bit is set */
+    uint64_t groups_over_n;  /* groups with more than n bits set */
+    uint64_t mask_conflicts; /* pruned elements whose stored value is not +-0.0 */
+};
+
+/* Adds the counters of count elements to acc. weights and mask start at a
+ * group boundary; count is a multiple of m unless the range ends the tensor
+ * (a partial last group). m is 1..32; bits at positions >= m or past the last
+ * element are ignored. */
+void tbm_mask_count(enum tbm_isa isa, enum tbm_precision prec, const void *weights,
+                    const uint8_t *mask, uint32_t n, uint32_t m, uint64_t count,
+                    struct tbm_mask_stats *acc);
+
+/* A rows x cols matrix in compressed N:M form: the kept values of each group
+ * and their positions inside it. Groups follow the flat element index, so a
+ * group may straddle two rows. */
+struct tbm_nm_matrix;
+
+/* Builds the compressed form from stored weights and mask (both starting at
+ * element 0, m 1..32). It follows the mask whatever it holds: a group may keep
+ * any number of elements. Returns 0, or -1 when out of memory. */
+int tbm_nm_pack(enum tbm_precision prec, const void *weights, const uint8_t *mask, uint32_t m,
+                uint64_t rows, uint64_t cols, struct tbm_nm_matrix **out);
+
+void tbm_nm_free(struct tbm_nm_matrix *w);
+
+/* y = W x, where x is cols x batch and y rows x batch, both row-major float32.
+ * Reads only the kept values. */
+void tbm_spmm(enum tbm_isa isa, const struct tbm_nm_matrix *w, const float *x, uint32_t batch,
+              float *y);
+
+#endif
