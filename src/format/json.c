@@ -1,0 +1,91 @@
+/* Strict JSON reading for indexes and manifests: json-c in strict mode with
+ * UTF-8 validation, every value's type checked before it is used. */
+#include "internal.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int tbm_strlist_addf(struct tbm_strlist *list, const char *fmt, ...)
+{
+    va_list ap;
+    char *msg;
+
+    va_start(ap, fmt);
+    int n = vasprintf(&msg, fmt, ap);
+    va_end(ap);
+    if (n < 0)
+        return TBM_ERR_NOMEM;
+    char **items = realloc(list->items, (list->count + 1) * sizeof(*items));
+    if (!items) {
+        free(msg);
+        return TBM_ERR_NOMEM;
+    }
+    items[list->count++] = msg;
+    list->items = items;
+    return 0;
+}
+
+void tbm_strlist_free(struct tbm_strlist *list)
+{
+    for (size_t i = 0; i < list->count; i++)
+        free(list->items[i]);
+    free(list->items);
+    list->items = NULL;
+    list->count = 0;
+}
+
+static bool only_whitespace(const char *p, size_t len)
+{
+    for (size_t i = 0; i < len; i++)
+        if (p[i] != ' ' && p[i] != '\t' && p[i] != '\n' && p[i] != '\r')
+            return false;
+    return true;
+}
+
+struct json_object *tbm_json_parse_strict(const char *buf, size_t len, const char **why)
+{
+    if (len > TBM_INDEX_MAX) {
+        *why = "JSON is larger than the 256 MiB limit";
+        return NULL;
+    }
+    struct json_tokener *tok = json_tokener_new_ex(TBM_JSON_DEPTH);
+    if (!tok) {
+        *why = "out of memory";
+        return NULL;
+    }
+    json_tokener_set_flags(tok, JSON_TOKENER_STRICT | JSON_TOKENER_VALIDATE_UTF8);
+    struct json_object *obj = json_tokener_parse_ex(tok, buf, (int)len);
+    enum json_tokener_error err = json_tokener_get_error(tok);
+    size_t end = json_tokener_get_parse_end(tok);
+    json_tokener_free(tok);
+
+    if (!obj || err != json_tokener_success) {
+        json_object_put(obj);
+        *why = err == json_tokener_continue ? "JSON ends early" : json_tokener_error_desc(err);
+        return NULL;
+    }
+    if (end > len || !only_whitespace(buf + end, len - end)) {
+        json_object_put(obj);
+        *why = "JSON has trailing bytes after its value";
+        return NULL;
+    }
+    return obj;
+}
+
+int tbm_json_get_u64(struct json_object *obj, const char *key, uint64_t *out)
+{
+    struct json_object *v;
+
+    if (!json_object_object_get_ex(obj, key, &v))
+        return 0;
+    if (!json_object_is_type(v, json_type_int))
+        return -1;
+    /* json-c keeps integers above INT64_MAX as unsigned; get_int64 saturates
+     * those to INT64_MAX, so a negative answer means a negative number. */
+    if (json_object_get_int64(v) < 0)
+        return -1;
+    *out = json_object_get_uint64(v);
+    return 1;
+}
