@@ -1,0 +1,59 @@
+/* Views: the virtual files of a mounted model. Each file kind of the tree is
+ * one view with a size known up front and a read of any byte range that
+ * computes only that range. */
+#ifndef TBM_VIEW_H
+#define TBM_VIEW_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "tbm/model.h"
+
+enum tbm_view_kind {
+    /* files of the mount's root */
+    TBM_VIEW_INDEX_JSON,
+    TBM_VIEW_MODEL_JSON,
+    TBM_VIEW_SELFTEST_REPORT,
+    /* files of each tensors/<name>/ directory */
+    TBM_VIEW_RAW,
+    TBM_VIEW_HEADER_JSON,
+    TBM_VIEW_WEIGHTS,
+    TBM_VIEW_MASK,
+    TBM_VIEW_DENSE_F32,
+    TBM_VIEW_DENSE_NPY,
+    TBM_VIEW_SELFTEST,
+    TBM_VIEW_COUNT
+};
+
+#define TBM_VIEW_FIRST_TENSOR TBM_VIEW_RAW
+
+/* A model's views: the model and what is rendered once for it. */
+struct tbm_views;
+
+/* Prepares the views of an opened model (which must outlive them). */
+int tbm_views_open(const struct tbm_model *model, struct tbm_views **out);
+void tbm_views_close(struct tbm_views *views);
+
+/* The file name of a view kind, e.g. "dense.f32". */
+const char *tbm_view_name(enum tbm_view_kind kind);
+
+/* True for views whose content is produced when they are opened: their size
+ * is reported as 0, and a reader should take the content once with
+ * tbm_view_generate (tbm_view_read regenerates it on every call). */
+bool tbm_view_generated(enum tbm_view_kind kind);
+
+/* The size in bytes of view kind of tensor t (t is ignored for root files). */
+int tbm_view_size(const struct tbm_views *views, enum tbm_view_kind kind, size_t t, uint64_t *size);
+
+/* Reads up to len bytes at off into buf; *got is short only at the end of
+ * the file. Fails with TBM_ERR_BROKEN for a view of a broken tensor that
+ * cannot be served, TBM_ERR_IO when the source cannot be read. */
+int tbm_view_read(const struct tbm_views *views, enum tbm_view_kind kind, size_t t, char *buf,
+                  uint64_t off, size_t len, size_t *got);
+
+/* Produces the whole content of a generated view into a malloc'd buffer. */
+int tbm_view_generate(const struct tbm_views *views, enum tbm_view_kind kind, size_t t, char **out,
+                      size_t *len);
+
+#endif

@@ -1,0 +1,497 @@
+/* The FUSE front end: inode numbers are computed from (tensor, view kind), so
+ * the tree needs no table, stays stable and maps each file to one view.
+ * Library statuses become errno values here and nowhere else. */
+#include "fs.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+enum {
+    INO_ROOT = FUSE_ROOT_ID,
+    INO_INDEX_JSON,
+    INO_MODEL_JSON,
+    INO_SELFTEST_REPORT,
+    INO_TENSORS,
+    INO_FIRST_TENSOR = 8,
+};
+
+/* Inodes per tensor: its directory and one per file view. */
+#define TENSOR_SLOTS 8
+#define TENSOR_FILES (TBM_VIEW_COUNT - TBM_VIEW_FIRST_TENSOR)
+
+/* The tree never changes while mounted, so the kernel may cache it all. */
+#define CACHE_SECONDS 86400.0
+
+struct node {
+    bool dir;
+    long tensor; /* -1 for the root and its files */
+    enum tbm_view_kind kind;
+};
+
+static const struct tbm_fs *fs_of(fuse_req_t req)
+{
+    return fuse_req_userdata(req);
+}
+
+static int status_errno(int status)
+{
+    switch (status) {
+    case TBM_ERR_NOMEM:
+        return ENOMEM;
+    default:
+        return EIO;
+    }
+}
+
+static fuse_ino_t tensor_ino(size_t t)
+{
+    return INO_FIRST_TENSOR + (fuse_ino_t)t * TENSOR_SLOTS;
+}
+
+static fuse_ino_t file_ino(size_t t, enum tbm_view_kind kind)
+{
+    return tensor_ino(t) + 1 + (kind - TBM_VIEW_FIRST_TENSOR);
+}
+
+static bool decode_ino(const struct tbm_fs *fs, fuse_ino_t ino, struct node *n)
+{
+    static const enum tbm_view_kind root_kinds[] = {TBM_VIEW_INDEX_JSON, TBM_VIEW_MODEL_JSON,
+                                                    TBM_VIEW_SELFTEST_REPORT};
+    n->tensor = -1;
+    n->dir = ino == INO_ROOT || ino == INO_TENSORS;
+    if (ino >= INO_INDEX_JSON && ino <= INO_SELFTEST_REPORT)
+        n->kind = root_kinds[ino - INO_INDEX_JSON];
+    if (ino < INO_FIRST_TENSOR)
+        return ino >= INO_ROOT && ino <= INO_TENSORS;
+    fuse_ino_t rel = ino - INO_FIRST_TENSOR;
+    if (rel / TENSOR_SLOTS >= fs->model->ntensors || rel % TENSOR_SLOTS > TENSOR_FILES)
+        return false;
+    n->tensor = (long)(rel / TENSOR_SLOTS);
+    n->dir = rel % TENSOR_SLOTS == 0;
+    if (!n->dir)
+        n->kind = (enum tbm_view_kind)(TBM_VIEW_FIRST_TENSOR + rel % TENSOR_SLOTS - 1);
+    return true;
+}
+
+static int fill_attr(const struct tbm_fs *fs, fuse_ino_t ino, const struct node *n, struct stat *st)
+{
+    uint64_t size = 0;
+
+    memset(st, 0, sizeof(*st));
+    st->st_ino = ino;
+    st->st_uid = getuid();
+    st->st_gid = getgid();
+    st->st_atim = st->st_mtim = st->st_ctim = fs->model->mtime;
+    if (n->dir) {
+        st->st_mode = S_IFDIR | 0555;
+        st->st_nlink = ino == INO_ROOT ? 3 : 2;
+        if (ino == INO_TENSORS)
+            st->st_nlink = 2 + (nlink_t)fs->model->ntensors;
+        return 0;
+    }
+    int r = tbm_view_size(fs->views, n->kind, n->tensor < 0 ? 0 : (size_t)n->tensor, &size);
+    if (r < 0)
+        return r;
+    st->st_mode = S_IFREG | 0444;
+    st->st_nlink = 1;
+    st->st_size = size > (uint64_t)INT64_MAX ? INT64_MAX : (off_t)size;
+    st->st_blksize = 1 << 20;
+    st->st_blocks = (blkcnt_t)((size + 511) / 512);
+    return 0;
+}
+
+static void reply_entry(fuse_req_t req, fuse_ino_t ino)
+{
+    const struct tbm_fs *fs = fs_of(req);
+    struct fuse_entry_param e = {
+        .ino = ino, .attr_timeout = CACHE_SECONDS, .entry_timeout = CACHE_SECONDS};
+    struct node n;
+
+    if (!decode_ino(fs, ino, &n)) {
+        fuse_reply_err(req, ENOENT);
+        return;
+    }
+    int r = fill_attr(fs, ino, &n, &e.attr);
+    if (r < 0)
+        fuse_reply_err(req, status_errno(r));
+    else
+        fuse_reply_entry(req, &e);
+}
+
+static fuse_ino_t lookup_root(const char *name)
+{
+    if (strcmp(name, "index.json") == 0)
+        return INO_INDEX_JSON;
+    if (strcmp(name, "model.json") == 0)
+        return INO_MODEL_JSON;
+    if (strcmp(name, "selftest") == 0)
+        return INO_SELFTEST_REPORT;
+    if (strcmp(name, "tensors") == 0)
+        return INO_TENSORS;
+    return 0;
+}
+
+static fuse_ino_t lookup_tensor_file(size_t t, const char *name)
+{
+    for (int k = TBM_VIEW_FIRST_TENSOR; k < TBM_VIEW_COUNT; k++)
+        if (strcmp(name, tbm_view_name((enum tbm_view_kind)k)) == 0)
+            return file_ino(t, (enum tbm_view_kind)k);
+    return 0;
+}
+
+static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
+{
+    const struct tbm_fs *fs = fs_of(req);
+    fuse_ino_t ino = 0;
+    struct node n;
+
+    if (parent == INO_ROOT) {
+        ino = lookup_root(name);
+    } else if (parent == INO_TENSORS) {
+        long t = tbm_model_find_dir(fs->model, name, strlen(name));
+        ino = t < 0 ? 0 : tensor_ino((size_t)t);
+    } else if (decode_ino(fs, parent, &n) && n.dir && n.tensor >= 0) {
+        ino = lookup_tensor_file((size_t)n.tensor, name);
+    }
+    if (ino == 0)
+        fuse_reply_err(req, ENOENT);
+    else
+        reply_entry(req, ino);
+}
+
+static void op_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+    const struct tbm_fs *fs = fs_of(req);
+    struct stat st;
+    struct node n;
+
+    (void)fi;
+    if (!decode_ino(fs, ino, &n)) {
+        fuse_reply_err(req, ENOENT);
+        return;
+    }
+    int r = fill_attr(fs, ino, &n, &st);
+    if (r < 0)
+        fuse_reply_err(req, status_errno(r));
+    else
+        fuse_reply_attr(req, &st, CACHE_SECONDS);
+}
+
+/* Directory entry i of a directory ("." and ".." first); false past the end. */
+static bool dir_entry(const struct tbm_fs *fs, fuse_ino_t dir, const struct node *n, size_t i,
+                      const char **name, fuse_ino_t *ino, mode_t *mode)
+{
+    static const char *const root_names[] = {"index.json", "model.json", "selftest", "tensors"};
+    static const fuse_ino_t root_inos[] = {INO_INDEX_JSON, INO_MODEL_JSON, INO_SELFTEST_REPORT,
+                                           INO_TENSORS};
+
+    *mode = S_IFDIR;
+    if (i < 2) {
+        *name = i == 0 ? "." : "..";
+        *ino = i == 0               ? dir
+               : dir == INO_ROOT    ? INO_ROOT
+               : dir == INO_TENSORS ? INO_ROOT
+                                    : INO_TENSORS;
+        return true;
+    }
+    i -= 2;
+    if (dir == INO_ROOT) {
+        if (i >= 4)
+            return false;
+        *name = root_names[i];
+        *ino = root_inos[i];
+        *mode = i == 3 ? S_IFDIR : S_IFREG;
+        return true;
+    }
+    if (dir == INO_TENSORS) {
+        if (i >= fs->model->ntensors)
+            return false;
+        *name = fs->model->tensors[i].dir;
+        *ino = tensor_ino(i);
+        return true;
+    }
+    if (i >= TENSOR_FILES)
+        return false;
+    enum tbm_view_kind kind = (enum tbm_view_kind)(TBM_VIEW_FIRST_TENSOR + i);
+    *name = tbm_view_name(kind);
+    *ino = file_ino((size_t)n->tensor, kind);
+    *mode = S_IFREG;
+    return true;
+}
+
+static void op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+                       struct fuse_file_info *fi)
+{
+    const struct tbm_fs *fs = fs_of(req);
+    struct node n;
+    const char *name;
+    fuse_ino_t child;
+    mode_t mode;
+
+    (void)fi;
+    if (!decode_ino(fs, ino, &n) || !n.dir) {
+        fuse_reply_err(req, ENOTDIR);
+        return;
+    }
+    char *buf = malloc(size);
+    if (!buf) {
+        fuse_reply_err(req, ENOMEM);
+        return;
+    }
+    size_t used = 0;
+    for (size_t i = (size_t)off; dir_entry(fs, ino, &n, i, &name, &child, &mode); i++) {
+        struct stat st = {.st_ino = child, .st_mode = mode};
+        size_t need = fuse_add_direntry(req, buf + used, size - used, name, &st, (off_t)i + 1);
+        if (need > size - used)
+            break;
+        used += need;
+    }
+    fuse_reply_buf(req, buf, used);
+    free(buf);
+}
+
+/* A generated view's content, taken once at open so that every read of that
+ * open file sees the same report. */
+struct snapshot {
+    char *data;
+    size_t len;
+};
+
+static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+    const struct tbm_fs *fs = fs_of(req);
+    struct node n;
+
+    if (!decode_ino(fs, ino, &n)) {
+        fuse_reply_err(req, ENOENT);
+        return;
+    }
+    if (n.dir) {
+        fuse_reply_err(req, EISDIR);
+        return;
+    }
+    if ((fi->flags & O_ACCMODE) != O_RDONLY || (fi->flags & O_TRUNC)) {
+        fuse_reply_err(req, EROFS);
+        return;
+    }
+    if (!tbm_view_generated(n.kind)) {
+        fi->keep_cache = 1;
+        fuse_reply_open(req, fi);
+        return;
+    }
+    struct snapshot *s = calloc(1, sizeof(*s));
+    int r = s ? tbm_view_generate(fs->views, n.kind, n.tensor < 0 ? 0 : (size_t)n.tensor, &s->data,
+                                  &s->len)
+              : TBM_ERR_NOMEM;
+    if (r < 0) {
+        free(s);
+        fuse_reply_err(req, status_errno(r));
+        return;
+    }
+    /* Its stat size is 0, so the page cache must not clip reads to it. */
+    fi->direct_io = 1;
+    fi->fh = (uint64_t)(uintptr_t)s;
+    fuse_reply_open(req, fi);
+}
+
+static void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+    struct snapshot *s = (struct snapshot *)(uintptr_t)fi->fh;
+
+    (void)ino;
+    if (s) {
+        free(s->data);
+        free(s);
+    }
+    fuse_reply_err(req, 0);
+}
+
+static pthread_key_t buf_key;
+static pthread_once_t buf_once = PTHREAD_ONCE_INIT;
+
+struct read_buf {
+    size_t cap;
+    char data[];
+};
+
+static void make_buf_key(void)
+{
+    pthread_key_create(&buf_key, free);
+}
+
+/* Each worker thread reuses one reply buffer, grown to the largest request. */
+static char *thread_buf(size_t size)
+{
+    pthread_once(&buf_once, make_buf_key);
+    struct read_buf *b = pthread_getspecific(buf_key);
+    if (b && b->cap >= size)
+        return b->data;
+    struct read_buf *nb = malloc(sizeof(*nb) + size);
+    if (!nb)
+        return NULL;
+    nb->cap = size;
+    if (pthread_setspecific(buf_key, nb) != 0) {
+        free(nb);
+        return NULL;
+    }
+    free(b);
+    return nb->data;
+}
+
+static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+                    struct fuse_file_info *fi)
+{
+    const struct tbm_fs *fs = fs_of(req);
+    struct snapshot *s = (struct snapshot *)(uintptr_t)fi->fh;
+    struct node n;
+    size_t got = 0;
+
+    if (s) {
+        size_t start = (uint64_t)off < s->len ? (size_t)off : s->len;
+        size_t len = s->len - start < size ? s->len - start : size;
+        fuse_reply_buf(req, s->data + start, len);
+        return;
+    }
+    if (!decode_ino(fs, ino, &n) || n.dir) {
+        fuse_reply_err(req, EIO);
+        return;
+    }
+    char *buf = thread_buf(size);
+    if (!buf) {
+        fuse_reply_err(req, ENOMEM);
+        return;
+    }
+    int r = tbm_view_read(fs->views, n.kind, n.tensor < 0 ? 0 : (size_t)n.tensor, buf,
+                          (uint64_t)off, size, &got);
+    if (r < 0)
+        fuse_reply_err(req, status_errno(r));
+    else
+        fuse_reply_buf(req, buf, got);
+}
+
+static void op_statfs(fuse_req_t req, fuse_ino_t ino)
+{
+    const struct tbm_fs *fs = fs_of(req);
+    struct statvfs sv = {
+        .f_bsize = 4096,
+        .f_frsize = 4096,
+        .f_files = INO_FIRST_TENSOR + fs->model->ntensors * TENSOR_SLOTS,
+        .f_namemax = 255,
+        .f_flag = ST_RDONLY,
+    };
+
+    (void)ino;
+    fuse_reply_statfs(req, &sv);
+}
+
+/* Every call that would change the tree fails: the mount is read-only. */
+static void erofs(fuse_req_t req)
+{
+    fuse_reply_err(req, EROFS);
+}
+
+static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to_set,
+                       struct fuse_file_info *fi)
+{
+    (void)ino, (void)attr, (void)to_set, (void)fi;
+    erofs(req);
+}
+
+static void op_mknod(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode, dev_t rdev)
+{
+    (void)parent, (void)name, (void)mode, (void)rdev;
+    erofs(req);
+}
+
+static void op_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode)
+{
+    (void)parent, (void)name, (void)mode;
+    erofs(req);
+}
+
+static void op_unlink(fuse_req_t req, fuse_ino_t parent, const char *name)
+{
+    (void)parent, (void)name;
+    erofs(req);
+}
+
+static void op_symlink(fuse_req_t req, const char *link, fuse_ino_t parent, const char *name)
+{
+    (void)link, (void)parent, (void)name;
+    erofs(req);
+}
+
+static void op_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_ino_t newparent,
+                      const char *newname, unsigned int flags)
+{
+    (void)parent, (void)name, (void)newparent, (void)newname, (void)flags;
+    erofs(req);
+}
+
+static void op_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent, const char *newname)
+{
+    (void)ino, (void)newparent, (void)newname;
+    erofs(req);
+}
+
+static void op_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t size, off_t off,
+                     struct fuse_file_info *fi)
+{
+    (void)ino, (void)buf, (void)size, (void)off, (void)fi;
+    erofs(req);
+}
+
+static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode,
+                      struct fuse_file_info *fi)
+{
+    (void)parent, (void)name, (void)mode, (void)fi;
+    erofs(req);
+}
+
+static void op_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name, const char *value,
+                        size_t size, int flags)
+{
+    (void)ino, (void)name, (void)value, (void)size, (void)flags;
+    erofs(req);
+}
+
+static void op_removexattr(fuse_req_t req, fuse_ino_t ino, const char *name)
+{
+    (void)ino, (void)name;
+    erofs(req);
+}
+
+static void op_fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t offset, off_t length,
+                         struct fuse_file_info *fi)
+{
+    (void)ino, (void)mode, (void)offset, (void)length, (void)fi;
+    erofs(req);
+}
+
+const struct fuse_lowlevel_ops tbm_fs_ops = {
+    .lookup = op_lookup,
+    .getattr = op_getattr,
+    .readdir = op_readdir,
+    .open = op_open,
+    .read = op_read,
+    .release = op_release,
+    .statfs = op_statfs,
+    .setattr = op_setattr,
+    .mknod = op_mknod,
+    .mkdir = op_mkdir,
+    .unlink = op_unlink,
+    .rmdir = op_unlink,
+    .symlink = op_symlink,
+    .rename = op_rename,
+    .link = op_link,
+    .write = op_write,
+    .create = op_create,
+    .setxattr = op_setxattr,
+    .removexattr = op_removexattr,
+    .fallocate = op_fallocate,
+};

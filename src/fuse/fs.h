@@ -1,0 +1,19 @@
+/* The FUSE front end: serves a model's views through the low-level,
+ * inode-based libfuse API. */
+#ifndef TBM_FUSE_FS_H
+#define TBM_FUSE_FS_H
+
+#define FUSE_USE_VERSION FUSE_MAKE_VERSION(3, 12)
+#include <fuse_lowlevel.h>
+
+#include "tbm/view.h"
+
+struct tbm_fs {
+    const struct tbm_model *model;
+    const struct tbm_views *views;
+};
+
+/* The operations to pass to fuse_session_new with a struct tbm_fs as userdata. */
+extern const struct fuse_lowlevel_ops tbm_fs_ops;
+
+#endif

@@ -1,0 +1,224 @@
+/* tbmfs: mounts a Tensorbit model read-only as a tree of tensors, or checks
+ * it with --check. Parses the command line and wires model, views and FUSE. */
+#include <cblas.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fuse/fs.h"
+#include "tbm/model.h"
+#include "tbm/view.h"
+
+struct cli {
+    char *source;
+    int check;
+    int strict;
+};
+
+enum { KEY_CHECK };
+
+static const struct fuse_opt cli_opts[] = {
+    {"strict", offsetof(struct cli, strict), 1},
+    FUSE_OPT_KEY("--check", KEY_CHECK),
+    FUSE_OPT_END,
+};
+
+static int cli_proc(void *data, const char *arg, int key, struct fuse_args *outargs)
+{
+    struct cli *cli = data;
+
+    (void)outargs;
+    if (key == KEY_CHECK) {
+        cli->check = 1;
+        return 0;
+    }
+    if (key == FUSE_OPT_KEY_NONOPT && !cli->source) {
+        cli->source = strdup(arg);
+        return cli->source ? 0 : -1;
+    }
+    return 1; /* the mount point and FUSE's own options go on to libfuse */
+}
+
+static void usage(const char *prog)
+{
+    printf("usage: %s [options] SOURCE MOUNTPOINT\n"
+           "       %s --check SOURCE\n\n"
+           "Mounts a Tensorbit model read-only as a tree of tensors. SOURCE is a .tbm\n"
+           "container, a directory with manifest.json, or a bare .tb file.\n\n"
+           "tbmfs options:\n"
+           "    --check                validate SOURCE, print its problems and exit\n"
+           "                           (0: none, 1: problems, 2: SOURCE unusable)\n"
+           "    -o strict              refuse to mount when any tensor has a problem\n"
+           "    TBMFS_KERNELS=scalar|avx2|avx512 in the environment forces a kernel\n\n",
+           prog, prog);
+}
+
+static int select_isa(enum tbm_isa *isa)
+{
+    const char *env = getenv("TBMFS_KERNELS");
+
+    if (tbm_isa_select(env, isa) == 0)
+        return 0;
+    fprintf(stderr, "tbmfs: TBMFS_KERNELS=%s: not a kernel this CPU runs (use one of:", env);
+    for (int k = TBM_ISA_SCALAR; k <= TBM_ISA_AVX512; k++)
+        if (tbm_isa_supported((enum tbm_isa)k))
+            fprintf(stderr, " %s", tbm_isa_name((enum tbm_isa)k));
+    fprintf(stderr, ")\n");
+    return -1;
+}
+
+static void print_list(const char *source, const struct tbm_tensor *t, const char *what,
+                       const struct tbm_strlist *list)
+{
+    for (size_t i = 0; i < list->count; i++)
+        printf("%s: tensor %s: %s: %s\n", source, t->dir, what, list->items[i]);
+}
+
+static int run_check(const char *source, enum tbm_isa isa)
+{
+    struct tbm_open_options opts = {.isa = isa};
+    struct tbm_model *m;
+    char err[1024];
+    size_t warnings = 0;
+
+    if (tbm_model_open(source, &opts, &m, err, sizeof(err)) < 0) {
+        fprintf(stderr, "tbmfs: %s\n", err);
+        return 2;
+    }
+    for (size_t i = 0; i < m->ntensors; i++) {
+        print_list(source, &m->tensors[i], "problem", &m->tensors[i].problems);
+        print_list(source, &m->tensors[i], "warning", &m->tensors[i].warnings);
+        warnings += m->tensors[i].warnings.count;
+    }
+    printf("%s: %zu tensors, %zu with problems, %zu warnings\n", source, m->ntensors,
+           m->nproblem_tensors, warnings);
+    int status = m->nproblem_tensors ? 1 : 0;
+    tbm_model_close(m);
+    return status;
+}
+
+/* fsname shows in /proc/mounts; commas and backslashes would split or
+ * escape the -o list, so they are escaped. */
+static int add_mount_options(struct fuse_args *args, const char *path)
+{
+    size_t len = strlen(path);
+    char *opt = malloc(len * 2 + 64);
+
+    if (!opt)
+        return -1;
+    char *p = opt + sprintf(opt, "-oro,default_permissions,subtype=tbmfs,fsname=");
+    for (size_t i = 0; i < len; i++) {
+        if (path[i] == ',' || path[i] == '\\')
+            *p++ = '\\';
+        *p++ = path[i];
+    }
+    *p = '\0';
+    int r = fuse_opt_add_arg(args, opt);
+    free(opt);
+    return r;
+}
+
+static int serve(struct fuse_args *args, const struct fuse_cmdline_opts *opts,
+                 const struct tbm_fs *fs)
+{
+    struct fuse_session *se = fuse_session_new(args, &tbm_fs_ops, sizeof(tbm_fs_ops), (void *)fs);
+    int r = 1;
+
+    if (!se)
+        return 1;
+    if (fuse_set_signal_handlers(se) != 0)
+        goto out_destroy;
+    if (fuse_session_mount(se, opts->mountpoint) != 0)
+        goto out_signals;
+    if (fuse_daemonize(opts->foreground) != 0)
+        goto out_unmount;
+    if (opts->singlethread) {
+        r = fuse_session_loop(se);
+    } else {
+        struct fuse_loop_config *cfg = fuse_loop_cfg_create();
+        if (!cfg)
+            goto out_unmount;
+        fuse_loop_cfg_set_clone_fd(cfg, (unsigned)opts->clone_fd);
+        fuse_loop_cfg_set_max_threads(cfg, opts->max_threads);
+        fuse_loop_cfg_set_idle_threads(cfg, opts->max_idle_threads);
+        r = fuse_session_loop_mt(se, cfg);
+        fuse_loop_cfg_destroy(cfg);
+    }
+    r = r == 0 ? 0 : 1;
+out_unmount:
+    fuse_session_unmount(se);
+out_signals:
+    fuse_remove_signal_handlers(se);
+out_destroy:
+    fuse_session_destroy(se);
+    return r;
+}
+
+int main(int argc, char *argv[])
+{
+    struct fuse_args args = FUSE_ARGS_INIT(argc, argv);
+    struct fuse_cmdline_opts opts = {0};
+    struct cli cli = {0};
+    struct tbm_model *model = NULL;
+    struct tbm_views *views = NULL;
+    enum tbm_isa isa;
+    char err[1024];
+    int status = 1;
+
+    if (fuse_opt_parse(&args, &cli, cli_opts, cli_proc) != 0)
+        goto out;
+    if (cli.check) {
+        if (!cli.source) {
+            fprintf(stderr, "tbmfs: --check needs a SOURCE\n");
+            status = 2;
+        } else {
+            status = select_isa(&isa) < 0 ? 2 : run_check(cli.source, isa);
+        }
+        goto out;
+    }
+    if (fuse_parse_cmdline(&args, &opts) != 0)
+        goto out;
+    if (opts.show_help) {
+        usage(argv[0]);
+        fuse_cmdline_help();
+        fuse_lowlevel_help();
+        status = 0;
+        goto out;
+    }
+    if (opts.show_version) {
+        printf("tbmfs version %s\nFUSE library version %s\n", TBMFS_VERSION, fuse_pkgversion());
+        fuse_lowlevel_version();
+        status = 0;
+        goto out;
+    }
+    if (!cli.source || !opts.mountpoint) {
+        fprintf(stderr, "tbmfs: missing %s (see %s --help)\n",
+                cli.source ? "MOUNTPOINT" : "SOURCE and MOUNTPOINT", argv[0]);
+        goto out;
+    }
+    if (select_isa(&isa) < 0)
+        goto out;
+    struct tbm_open_options open_opts = {.isa = isa, .strict = cli.strict};
+    if (tbm_model_open(cli.source, &open_opts, &model, err, sizeof(err)) < 0) {
+        fprintf(stderr, "tbmfs: %s\n", err);
+        goto out;
+    }
+    if (tbm_views_open(model, &views) < 0 || add_mount_options(&args, model->path) != 0) {
+        fprintf(stderr, "tbmfs: %s: out of memory\n", model->path);
+        goto out;
+    }
+    /* The self-test compares a single-threaded sparse kernel with BLAS and
+     * runs inside a FUSE worker; more BLAS threads would only fight the other
+     * workers for the two cores and skew the comparison. */
+    openblas_set_num_threads(1);
+    struct tbm_fs fs = {.model = model, .views = views};
+    status = serve(&args, &opts, &fs);
+out:
+    tbm_views_close(views);
+    tbm_model_close(model);
+    free(opts.mountpoint);
+    free(cli.source);
+    fuse_opt_free_args(&args);
+    return status;
+}

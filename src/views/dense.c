@@ -1,0 +1,213 @@
+/* dense.f32 and dense.npy: the tensor decoded to float32 with its mask
+ * applied, computed per request by the expansion kernels, never materialized. */
+#include "internal.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Elements expanded per step: bounds the per-thread scratch (about 900 KiB)
+ * while keeping each pread large. */
+#define CHUNK (64u * 1024u)
+
+struct scratch {
+    unsigned char weights[CHUNK * 8];
+    unsigned char mask[CHUNK + 8]; /* m = 1 needs one byte per element */
+    float out[CHUNK];
+};
+
+static pthread_key_t scratch_key;
+static pthread_once_t scratch_once = PTHREAD_ONCE_INIT;
+
+static void make_key(void)
+{
+    pthread_key_create(&scratch_key, free);
+}
+
+/* FUSE serves reads from a small pool of threads; each keeps its own scratch
+ * for its lifetime so that reads share nothing and allocate nothing. */
+static struct scratch *thread_scratch(void)
+{
+    pthread_once(&scratch_once, make_key);
+    struct scratch *s = pthread_getspecific(scratch_key);
+    if (!s) {
+        s = malloc(sizeof(*s));
+        if (s && pthread_setspecific(scratch_key, s) != 0) {
+            free(s);
+            s = NULL;
+        }
+    }
+    return s;
+}
+
+static bool dense_servable(const struct tbm_tensor *t)
+{
+    return t->header_sound && t->weights.ok && (!t->mask_usable || t->mask.ok);
+}
+
+/* Expands elements [first, first + count), count <= CHUNK, into out. */
+static int expand_chunk(const struct tbm_views *v, const struct tbm_tensor *t, struct scratch *s,
+                        uint64_t first, size_t count, float *out)
+{
+    size_t es = tbm_precision_size(t->hdr.precision);
+    const uint8_t *mask = NULL;
+    uint32_t m = t->hdr.nm_m;
+    int r;
+
+    if ((r = tbm_pread_full(t->fd, s->weights, count * es, t->weights.off + first * es)) < 0)
+        return r;
+    if (t->mask_usable) {
+        uint32_t wb = tbm_mask_word_bytes(m);
+        uint64_t g0 = first / m, g1 = (first + count - 1) / m;
+        if ((r = tbm_pread_full(t->fd, s->mask, (g1 - g0 + 1) * wb, t->mask.off + g0 * wb)) < 0)
+            return r;
+        mask = s->mask;
+    }
+    tbm_expand(v->model->isa, t->hdr.precision, s->weights, mask, m, first, count, out);
+    return 0;
+}
+
+/* Reads bytes [off, off + len) of the float32 expansion, already clipped to
+ * its size. Whole aligned elements go straight into buf; a partial element at
+ * either end, or a misaligned buf, goes through scratch. */
+static int dense_bytes(const struct tbm_views *v, const struct tbm_tensor *t, char *buf,
+                       uint64_t off, size_t len)
+{
+    struct scratch *s = thread_scratch();
+    uint64_t pos = off, end = off + len;
+    int r;
+
+    if (!s)
+        return TBM_ERR_NOMEM;
+    while (pos < end) {
+        uint64_t first = pos / 4;
+        unsigned skip = (unsigned)(pos % 4);
+        uint64_t last = (end + 3) / 4;
+        size_t count = last - first < CHUNK ? (size_t)(last - first) : CHUNK;
+        char *dst = buf + (pos - off);
+        bool direct = skip == 0 && ((uintptr_t)dst % sizeof(float)) == 0 && end - pos >= 4;
+
+        if (direct) {
+            count = (end - pos) / 4 < count ? (size_t)((end - pos) / 4) : count;
+            if ((r = expand_chunk(v, t, s, first, count, (float *)(void *)dst)) < 0)
+                return r;
+            pos += count * 4;
+            continue;
+        }
+        if ((r = expand_chunk(v, t, s, first, count, s->out)) < 0)
+            return r;
+        size_t n = count * 4 - skip;
+        if (n > end - pos)
+            n = (size_t)(end - pos);
+        memcpy(dst, (char *)s->out + skip, n);
+        pos += n;
+    }
+    return 0;
+}
+
+static uint64_t f32_size(const struct tbm_tensor *t)
+{
+    return t->header_sound ? t->hdr.num_weights * 4 : 0;
+}
+
+static int dense_range(const struct tbm_views *v, const struct tbm_tensor *t, char *buf,
+                       uint64_t off, size_t len, size_t *got)
+{
+    uint64_t size = f32_size(t);
+
+    if (!dense_servable(t))
+        return TBM_ERR_BROKEN;
+    if (off >= size) {
+        *got = 0;
+        return 0;
+    }
+    size_t n = size - off < len ? (size_t)(size - off) : len;
+    int r = dense_bytes(v, t, buf, off, n);
+    if (r < 0)
+        return r;
+    *got = n;
+    return 0;
+}
+
+static int f32_view_size(const struct tbm_views *v, size_t t, uint64_t *size)
+{
+    *size = f32_size(&v->model->tensors[t]);
+    return 0;
+}
+
+static int f32_view_read(const struct tbm_views *v, size_t t, char *buf, uint64_t off, size_t len,
+                         size_t *got)
+{
+    return dense_range(v, &v->model->tensors[t], buf, off, len, got);
+}
+
+/* NPY 1.0 allows a header of up to 65535 bytes after its 10-byte preamble. */
+#define NPY_MAX (10 + 65535)
+
+/* Writes the NPY 1.0 header (magic, version, length, dict padded with spaces
+ * and a newline to a multiple of 64 bytes) into out; returns its length. The
+ * index's shape is used when it describes num_weights, else a 1-D shape. */
+static size_t npy_header(const struct tbm_tensor *t, char *out)
+{
+    char *p = out + 10;
+    size_t room = NPY_MAX - 10 - 64;
+    int n = snprintf(p, room, "{'descr': '<f4', 'fortran_order': False, 'shape': (");
+    bool own = t->shape_matches && (size_t)n + t->ndim * 22 + 8 < room;
+
+    if (own) {
+        for (size_t k = 0; k < t->ndim; k++)
+            n += snprintf(p + n, room - (size_t)n, "%llu, ", (unsigned long long)t->shape[k]);
+        if (t->ndim > 0)
+            n -= t->ndim == 1 ? 1 : 2;
+    } else {
+        n += snprintf(p + n, room - (size_t)n, "%llu,", (unsigned long long)t->hdr.num_weights);
+    }
+    n += snprintf(p + n, room - (size_t)n, "), }");
+    size_t total = 10 + (size_t)n + 1;
+    size_t padded = (total + 63) / 64 * 64;
+    memset(p + n, ' ', padded - total);
+    out[padded - 1] = '\n';
+    memcpy(out, "\x93NUMPY\x01\x00", 8);
+    out[8] = (char)((padded - 10) & 0xff);
+    out[9] = (char)((padded - 10) >> 8);
+    return padded;
+}
+
+static int npy_view_size(const struct tbm_views *v, size_t t, uint64_t *size)
+{
+    const struct tbm_tensor *tensor = &v->model->tensors[t];
+    char *hdr = malloc(NPY_MAX);
+
+    if (!hdr)
+        return TBM_ERR_NOMEM;
+    *size = npy_header(tensor, hdr) + f32_size(tensor);
+    free(hdr);
+    return 0;
+}
+
+static int npy_view_read(const struct tbm_views *v, size_t t, char *buf, uint64_t off, size_t len,
+                         size_t *got)
+{
+    const struct tbm_tensor *tensor = &v->model->tensors[t];
+    char *hdr = malloc(NPY_MAX);
+    size_t head = 0;
+
+    if (!hdr)
+        return TBM_ERR_NOMEM;
+    size_t hlen = npy_header(tensor, hdr);
+    if (off < hlen) {
+        tbm_copy_range(buf, off, len, hdr, hlen, &head);
+        off = hlen;
+    }
+    free(hdr);
+    size_t body = 0;
+    int r = head < len ? dense_range(v, tensor, buf + head, off - hlen, len - head, &body) : 0;
+    if (r < 0)
+        return r;
+    *got = head + body;
+    return 0;
+}
+
+const struct tbm_view_ops tbm_dense_f32_view = {"dense.f32", f32_view_size, f32_view_read, NULL};
+const struct tbm_view_ops tbm_dense_npy_view = {"dense.npy", npy_view_size, npy_view_read, NULL};

@@ -1,0 +1,208 @@
+/* The JSON files: index.json (the stored index), model.json (the summary,
+ * rendered once) and each tensor's header.json (rendered from the table). */
+#include "internal.h"
+
+#include <json-c/json.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *dtype_name(const struct tbm_tensor *t)
+{
+    static const char *const names[] = {"fp32", "fp16", "bf16", "fp64"};
+    return t->header_sound ? names[t->hdr.precision] : NULL;
+}
+
+static struct json_object *strlist_json(const struct tbm_strlist *list)
+{
+    struct json_object *arr = json_object_new_array();
+
+    for (size_t i = 0; arr && i < list->count; i++)
+        json_object_array_add(arr, json_object_new_string(list->items[i]));
+    return arr;
+}
+
+static struct json_object *shape_json(const struct tbm_tensor *t)
+{
+    if (!t->shape)
+        return NULL;
+    struct json_object *arr = json_object_new_array();
+    for (size_t k = 0; arr && k < t->ndim; k++)
+        json_object_array_add(arr, json_object_new_uint64(t->shape[k]));
+    return arr;
+}
+
+static void add_header_fields(struct json_object *o, const struct tbm_tensor *t)
+{
+    const struct tbm_blob_header *h = &t->hdr;
+    bool ok = t->header_read;
+    char magic[16];
+
+    snprintf(magic, sizeof(magic), "0x%08x", h->magic);
+    json_object_object_add(o, "magic", ok ? json_object_new_string(magic) : NULL);
+    json_object_object_add(o, "version", ok ? json_object_new_uint64(h->version) : NULL);
+    json_object_object_add(o, "nm_n", ok ? json_object_new_uint64(h->nm_n) : NULL);
+    json_object_object_add(o, "nm_m", ok ? json_object_new_uint64(h->nm_m) : NULL);
+    json_object_object_add(o, "num_weights", ok ? json_object_new_uint64(h->num_weights) : NULL);
+    json_object_object_add(o, "num_mask_bytes",
+                           ok ? json_object_new_uint64(h->num_mask_bytes) : NULL);
+    json_object_object_add(o, "weights_offset",
+                           ok ? json_object_new_uint64(h->weights_offset) : NULL);
+    json_object_object_add(o, "masks_offset", ok ? json_object_new_uint64(h->masks_offset) : NULL);
+    json_object_object_add(o, "precision", ok ? json_object_new_uint64(h->precision) : NULL);
+}
+
+static void add_stats(struct json_object *o, const struct tbm_tensor *t)
+{
+    bool ok = t->stats_known;
+    double density = t->hdr.num_weights ? (double)t->stats.kept / (double)t->hdr.num_weights : 0;
+
+    json_object_object_add(o, "kept", ok ? json_object_new_uint64(t->stats.kept) : NULL);
+    json_object_object_add(o, "density", ok ? json_object_new_double(density) : NULL);
+    json_object_object_add(o, "groups_over_n",
+                           ok ? json_object_new_uint64(t->stats.groups_over_n) : NULL);
+    json_object_object_add(o, "mask_conflicts",
+                           ok ? json_object_new_uint64(t->stats.mask_conflicts) : NULL);
+}
+
+static int header_render(const struct tbm_views *v, size_t t, char **out, size_t *len)
+{
+    const struct tbm_tensor *tensor = &v->model->tensors[t];
+    struct json_object *o = json_object_new_object();
+    const char *dtype = dtype_name(tensor);
+
+    if (!o)
+        return TBM_ERR_NOMEM;
+    json_object_object_add(o, "name",
+                           json_object_new_string_len(tensor->name, (int)tensor->name_len));
+    json_object_object_add(o, "dir", json_object_new_string(tensor->dir));
+    json_object_object_add(o, "shape", shape_json(tensor));
+    json_object_object_add(o, "dtype", dtype ? json_object_new_string(dtype) : NULL);
+    add_header_fields(o, tensor);
+    json_object_object_add(o, "offset", json_object_new_uint64(tensor->offset));
+    add_stats(o, tensor);
+    json_object_object_add(o, "mask_applied", json_object_new_boolean(tensor->mask_usable));
+    json_object_object_add(o, "problems", strlist_json(&tensor->problems));
+    json_object_object_add(o, "warnings", strlist_json(&tensor->warnings));
+    json_object_object_add(o, "index",
+                           tensor->entry_json ? json_tokener_parse(tensor->entry_json) : NULL);
+    int r = tbm_json_dump(o, out, len);
+    json_object_put(o);
+    return r;
+}
+
+static int header_size(const struct tbm_views *v, size_t t, uint64_t *size)
+{
+    char *buf;
+    size_t len;
+    int r = header_render(v, t, &buf, &len);
+
+    if (r < 0)
+        return r;
+    free(buf);
+    *size = len;
+    return 0;
+}
+
+static int header_read(const struct tbm_views *v, size_t t, char *buf, uint64_t off, size_t len,
+                       size_t *got)
+{
+    char *doc;
+    size_t doclen;
+    int r = header_render(v, t, &doc, &doclen);
+
+    if (r < 0)
+        return r;
+    tbm_copy_range(buf, off, len, doc, doclen, got);
+    free(doc);
+    return 0;
+}
+
+static uint64_t add_sat(uint64_t a, uint64_t b)
+{
+    uint64_t s;
+    return __builtin_add_overflow(a, b, &s) ? UINT64_MAX : s;
+}
+
+static struct json_object *problems_json(const struct tbm_model *m)
+{
+    struct json_object *arr = json_object_new_array();
+
+    for (size_t i = 0; arr && i < m->ntensors; i++) {
+        const struct tbm_tensor *t = &m->tensors[i];
+        for (size_t k = 0; k < t->problems.count; k++) {
+            char *line;
+            if (asprintf(&line, "tensor %s: %s", t->dir, t->problems.items[k]) < 0)
+                continue;
+            json_object_array_add(arr, json_object_new_string(line));
+            free(line);
+        }
+    }
+    return arr;
+}
+
+int tbm_model_json_render(const struct tbm_views *v, char **out, size_t *len)
+{
+    static const char *const formats[] = {"tbm", "manifest", "tb"};
+    const struct tbm_model *m = v->model;
+    struct json_object *o = json_object_new_object();
+    uint64_t total = 0, kept = 0;
+
+    if (!o)
+        return TBM_ERR_NOMEM;
+    for (size_t i = 0; i < m->ntensors; i++) {
+        const struct tbm_tensor *t = &m->tensors[i];
+        if (t->header_sound)
+            total = add_sat(total, t->hdr.num_weights);
+        if (t->stats_known)
+            kept = add_sat(kept, t->stats.kept);
+    }
+    json_object_object_add(o, "format", json_object_new_string(formats[m->kind]));
+    json_object_object_add(o, "source", json_object_new_string(m->path));
+    json_object_object_add(o, "architecture",
+                           m->architecture ? json_object_new_string(m->architecture) : NULL);
+    json_object_object_add(o, "config", json_object_get(m->config));
+    json_object_object_add(o, "tensor_count", json_object_new_uint64(m->ntensors));
+    json_object_object_add(o, "total_weights", json_object_new_uint64(total));
+    json_object_object_add(o, "total_kept", json_object_new_uint64(kept));
+    json_object_object_add(o, "tensors_with_problems", json_object_new_uint64(m->nproblem_tensors));
+    json_object_object_add(o, "problems", problems_json(m));
+    json_object_object_add(o, "kernels", json_object_new_string(tbm_isa_name(m->isa)));
+    int r = tbm_json_dump(o, out, len);
+    json_object_put(o);
+    return r;
+}
+
+static int model_size(const struct tbm_views *v, size_t t, uint64_t *size)
+{
+    (void)t;
+    *size = v->model_json_len;
+    return 0;
+}
+
+static int model_read(const struct tbm_views *v, size_t t, char *buf, uint64_t off, size_t len,
+                      size_t *got)
+{
+    (void)t;
+    tbm_copy_range(buf, off, len, v->model_json, v->model_json_len, got);
+    return 0;
+}
+
+static int index_size(const struct tbm_views *v, size_t t, uint64_t *size)
+{
+    (void)t;
+    *size = v->model->index_json_len;
+    return 0;
+}
+
+static int index_read(const struct tbm_views *v, size_t t, char *buf, uint64_t off, size_t len,
+                      size_t *got)
+{
+    (void)t;
+    tbm_copy_range(buf, off, len, v->model->index_json, v->model->index_json_len, got);
+    return 0;
+}
+
+const struct tbm_view_ops tbm_index_json_view = {"index.json", index_size, index_read, NULL};
+const struct tbm_view_ops tbm_model_json_view = {"model.json", model_size, model_read, NULL};
+const struct tbm_view_ops tbm_header_json_view = {"header.json", header_size, header_read, NULL};

@@ -1,0 +1,74 @@
+/* raw.tb, weights.bin and mask.bin: byte ranges of the source, served as
+ * stored once validation has found them sound. */
+#include "internal.h"
+
+static const struct tbm_region *region_of(const struct tbm_tensor *t, int which)
+{
+    return which == 0 ? &t->raw : which == 1 ? &t->weights : &t->mask;
+}
+
+/* A region that failed validation still has a size when its bounds could be
+ * computed; it reads as EIO. */
+static int region_size(const struct tbm_views *v, size_t t, int which, uint64_t *size)
+{
+    const struct tbm_tensor *tensor = &v->model->tensors[t];
+    *size = tensor->header_sound ? region_of(tensor, which)->len : 0;
+    return 0;
+}
+
+static int region_read(const struct tbm_views *v, size_t t, int which, char *buf, uint64_t off,
+                       size_t len, size_t *got)
+{
+    const struct tbm_tensor *tensor = &v->model->tensors[t];
+    const struct tbm_region *r = region_of(tensor, which);
+
+    if (!tensor->header_sound || !r->ok)
+        return TBM_ERR_BROKEN;
+    if (off >= r->len) {
+        *got = 0;
+        return 0;
+    }
+    size_t n = r->len - off < len ? (size_t)(r->len - off) : len;
+    int status = tbm_pread_full(tensor->fd, buf, n, r->off + off);
+    if (status < 0)
+        return status;
+    *got = n;
+    return 0;
+}
+
+static int raw_size(const struct tbm_views *v, size_t t, uint64_t *size)
+{
+    return region_size(v, t, 0, size);
+}
+
+static int raw_read(const struct tbm_views *v, size_t t, char *buf, uint64_t off, size_t len,
+                    size_t *got)
+{
+    return region_read(v, t, 0, buf, off, len, got);
+}
+
+static int weights_size(const struct tbm_views *v, size_t t, uint64_t *size)
+{
+    return region_size(v, t, 1, size);
+}
+
+static int weights_read(const struct tbm_views *v, size_t t, char *buf, uint64_t off, size_t len,
+                        size_t *got)
+{
+    return region_read(v, t, 1, buf, off, len, got);
+}
+
+static int mask_size(const struct tbm_views *v, size_t t, uint64_t *size)
+{
+    return region_size(v, t, 2, size);
+}
+
+static int mask_read(const struct tbm_views *v, size_t t, char *buf, uint64_t off, size_t len,
+                     size_t *got)
+{
+    return region_read(v, t, 2, buf, off, len, got);
+}
+
+const struct tbm_view_ops tbm_raw_view = {"raw.tb", raw_size, raw_read, NULL};
+const struct tbm_view_ops tbm_weights_view = {"weights.bin", weights_size, weights_read, NULL};
+const struct tbm_view_ops tbm_mask_view = {"mask.bin", mask_size, mask_read, NULL};

@@ -1,0 +1,360 @@
+/* The self-test views: each N:M tensor multiplied by a fixed pseudo-random
+ * matrix with the sparse kernel and with OpenBLAS on the dense expansion,
+ * compared and timed. Content is produced when the file is opened. */
+#include "internal.h"
+
+#include <cblas.h>
+#include <float.h>
+#include <json-c/json.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define BATCH 8
+/* Work caps, in elements of the tested rows: a tensor's own file tests up to
+ * a 4096 x 4096 matrix, the root report a sixteenth of that per tensor so that
+ * a whole model reports in seconds. */
+#define TENSOR_BUDGET (16u << 20)
+#define REPORT_BUDGET (1u << 20)
+#define REPEATS       3
+
+/* One self-test at a time: it bounds the daemon's memory (a few hundred MiB
+ * at most for a capped tensor) and keeps the timings of concurrent readers
+ * from disturbing each other. */
+static pthread_mutex_t selftest_lock = PTHREAD_MUTEX_INITIALIZER;
+
+struct result {
+    uint64_t rows, cols, rows_tested, cols_tested;
+    uint32_t batch;
+    double max_abs_err, tolerance;
+    double sparse_seconds, dense_seconds;
+    bool pass, skipped;
+    char error[256];
+};
+
+/* The matrix view of the contract: shape[0] rows when the shape describes
+ * num_weights, else one row. */
+static void matrix_dims(const struct tbm_tensor *t, uint64_t *rows, uint64_t *cols)
+{
+    uint64_t nw = t->hdr.num_weights;
+
+    *rows = t->shape_matches && t->ndim > 0 && t->shape[0] > 0 ? t->shape[0] : 1;
+    *cols = nw / *rows;
+}
+
+static double now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* splitmix64: X is the same for every run, so results are reproducible. */
+static void fill_x(float *x, size_t n)
+{
+    uint64_t s = 0x74626d66u;
+
+    for (size_t i = 0; i < n; i++) {
+        uint64_t z = (s += 0x9e3779b97f4a7c15ull);
+        z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+        z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+        z ^= z >> 31;
+        x[i] = (float)((double)(z >> 40) / (double)(1u << 24) * 2.0 - 1.0);
+    }
+}
+
+static int compare(const float *ys, const float *yd, const float *dense, const float *x,
+                   uint64_t rows, uint64_t cols, uint32_t batch, struct result *res)
+{
+    double err = 0, bound = 0;
+
+    for (uint64_t r = 0; r < rows; r++) {
+        for (uint32_t b = 0; b < batch; b++) {
+            double sum = 0;
+            uint64_t terms = 0;
+            for (uint64_t c = 0; c < cols; c++) {
+                float w = dense[r * cols + c];
+                terms += w != 0.0f;
+                sum += fabs((double)w * (double)x[c * batch + b]);
+            }
+            /* Each side's rounding error is at most terms * eps * sum|w x|
+             * (Higham's bound for a sum of products, eps = 2^-24); a zero
+             * product adds nothing, so only kept non-zero terms count. */
+            double tol = 2.0 * (double)terms * (FLT_EPSILON / 2) * sum;
+            float a = ys[r * batch + b], d = yd[r * batch + b];
+            double e = (isnan(a) && isnan(d)) || a == d ? 0 : fabs((double)a - (double)d);
+            if (isnan(e) || e > tol)
+                res->pass = false;
+            if (!isnan(e) && e > err)
+                err = e;
+            if (tol > bound)
+                bound = tol;
+        }
+    }
+    res->max_abs_err = err;
+    res->tolerance = bound;
+    return 0;
+}
+
+static void dense_product(const float *w, const float *x, uint64_t rows, uint64_t cols,
+                          uint32_t batch, float *y)
+{
+    if (batch == 1)
+        cblas_sgemv(CblasRowMajor, CblasNoTrans, (blasint)rows, (blasint)cols, 1.0f, w,
+                    (blasint)cols, x, 1, 0.0f, y, 1);
+    else
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (blasint)rows, (blasint)batch,
+                    (blasint)cols, 1.0f, w, (blasint)cols, x, (blasint)batch, 0.0f, y,
+                    (blasint)batch);
+}
+
+/* Reads the tested rows' weights and mask words into memory. */
+static int load_payload(const struct tbm_tensor *t, uint64_t n, void **w, uint8_t **mask)
+{
+    size_t es = tbm_precision_size(t->hdr.precision);
+    uint32_t wb = tbm_mask_word_bytes(t->hdr.nm_m);
+    uint64_t mbytes = (n / t->hdr.nm_m + (n % t->hdr.nm_m != 0)) * wb;
+
+    *w = malloc(n * es + 1);
+    *mask = malloc(mbytes + 1);
+    if (!*w || !*mask)
+        return TBM_ERR_NOMEM;
+    int r = tbm_pread_full(t->fd, *w, n * es, t->weights.off);
+    if (r == 0)
+        r = tbm_pread_full(t->fd, *mask, mbytes, t->mask.off);
+    return r;
+}
+
+static int run_products(const struct tbm_views *v, const struct tbm_tensor *t, struct result *res)
+{
+    uint64_t n = res->rows_tested * res->cols_tested;
+    uint32_t batch = res->batch;
+    struct tbm_nm_matrix *packed = NULL;
+    void *w = NULL;
+    uint8_t *mask = NULL;
+    float *dense = malloc(n * sizeof(float) + 1);
+    float *x = malloc(res->cols_tested * batch * sizeof(float) + 1);
+    float *ys = malloc(res->rows_tested * batch * sizeof(float) + 1);
+    float *yd = malloc(res->rows_tested * batch * sizeof(float) + 1);
+    int r = TBM_ERR_NOMEM;
+
+    if (!dense || !x || !ys || !yd)
+        goto out;
+    if ((r = load_payload(t, n, &w, &mask)) < 0)
+        goto out;
+    r = TBM_ERR_NOMEM;
+    if (tbm_nm_pack(t->hdr.precision, w, mask, t->hdr.nm_m, res->rows_tested, res->cols_tested,
+                    &packed) < 0)
+        goto out;
+    tbm_expand(v->model->isa, t->hdr.precision, w, mask, t->hdr.nm_m, 0, n, dense);
+    fill_x(x, res->cols_tested * batch);
+
+    res->sparse_seconds = res->dense_seconds = INFINITY;
+    for (int k = 0; k < REPEATS; k++) {
+        double t0 = now();
+        tbm_spmm(v->model->isa, packed, x, batch, ys);
+        double t1 = now();
+        dense_product(dense, x, res->rows_tested, res->cols_tested, batch, yd);
+        double t2 = now();
+        res->sparse_seconds = fmin(res->sparse_seconds, t1 - t0);
+        res->dense_seconds = fmin(res->dense_seconds, t2 - t1);
+    }
+    res->pass = true;
+    r = compare(ys, yd, dense, x, res->rows_tested, res->cols_tested, batch, res);
+out:
+    tbm_nm_free(packed);
+    free(w);
+    free(mask);
+    free(dense);
+    free(x);
+    free(ys);
+    free(yd);
+    return r;
+}
+
+/* Fills res for tensor t, testing at most budget elements' worth of rows. */
+static int selftest_tensor(const struct tbm_views *v, const struct tbm_tensor *t, uint64_t budget,
+                           struct result *res)
+{
+    memset(res, 0, sizeof(*res));
+    res->batch = BATCH;
+    if (t->problems.count > 0) {
+        snprintf(res->error, sizeof(res->error), "tensor has problems: %s", t->problems.items[0]);
+        return 0;
+    }
+    matrix_dims(t, &res->rows, &res->cols);
+    if (t->hdr.nm_m == 0) {
+        res->skipped = true;
+        snprintf(res->error, sizeof(res->error), "dense tensor (nm_m = 0): no N:M structure");
+        return 0;
+    }
+    if (res->cols == 0) {
+        res->skipped = true;
+        snprintf(res->error, sizeof(res->error), "tensor has no elements");
+        return 0;
+    }
+    /* Whole rows up to the budget; a single row longer than the budget is
+     * tested on its first budget elements. Both start at element 0, so the
+     * groups stay aligned. */
+    res->rows_tested = res->rows;
+    res->cols_tested = res->cols;
+    if (res->cols > budget) {
+        res->rows_tested = 1;
+        res->cols_tested = budget;
+    } else if (res->rows * res->cols > budget) {
+        res->rows_tested = budget / res->cols;
+    }
+    pthread_mutex_lock(&selftest_lock);
+    int r = run_products(v, t, res);
+    pthread_mutex_unlock(&selftest_lock);
+    if (r == TBM_ERR_IO) {
+        res->pass = false;
+        snprintf(res->error, sizeof(res->error), "the source could not be read");
+        return 0;
+    }
+    return r;
+}
+
+static void nm_string(const struct tbm_tensor *t, char *buf, size_t len)
+{
+    snprintf(buf, len, "%u:%u", t->hdr.nm_n, t->hdr.nm_m);
+}
+
+static int tensor_generate(const struct tbm_views *v, size_t i, char **out, size_t *len)
+{
+    const struct tbm_tensor *t = &v->model->tensors[i];
+    struct result res;
+    char nm[32];
+    int r = selftest_tensor(v, t, TENSOR_BUDGET, &res);
+
+    if (r < 0)
+        return r;
+    nm_string(t, nm, sizeof(nm));
+    struct json_object *o = json_object_new_object();
+    if (!o)
+        return TBM_ERR_NOMEM;
+    json_object_object_add(o, "name", json_object_new_string_len(t->name, (int)t->name_len));
+    json_object_object_add(o, "dir", json_object_new_string(t->dir));
+    json_object_object_add(o, "rows", json_object_new_uint64(res.rows));
+    json_object_object_add(o, "cols", json_object_new_uint64(res.cols));
+    json_object_object_add(o, "rows_tested", json_object_new_uint64(res.rows_tested));
+    json_object_object_add(o, "cols_tested", json_object_new_uint64(res.cols_tested));
+    json_object_object_add(o, "nm", json_object_new_string(nm));
+    json_object_object_add(o, "batch", json_object_new_uint64(res.batch));
+    json_object_object_add(o, "kernels", json_object_new_string(tbm_isa_name(v->model->isa)));
+    json_object_object_add(o, "blas", json_object_new_string(res.batch == 1 ? "sgemv" : "sgemm"));
+    json_object_object_add(o, "max_abs_err", json_object_new_double(res.max_abs_err));
+    json_object_object_add(o, "tolerance", json_object_new_double(res.tolerance));
+    json_object_object_add(o, "pass", json_object_new_boolean(res.pass));
+    json_object_object_add(o, "skipped", json_object_new_boolean(res.skipped));
+    json_object_object_add(o, "sparse_seconds", json_object_new_double(res.sparse_seconds));
+    json_object_object_add(o, "dense_seconds", json_object_new_double(res.dense_seconds));
+    json_object_object_add(o, "speedup",
+                           res.sparse_seconds > 0
+                               ? json_object_new_double(res.dense_seconds / res.sparse_seconds)
+                               : NULL);
+    if (res.error[0])
+        json_object_object_add(o, "error", json_object_new_string(res.error));
+    r = tbm_json_dump(o, out, len);
+    json_object_put(o);
+    return r;
+}
+
+struct report {
+    char *buf;
+    size_t len, cap;
+};
+
+static int report_addf(struct report *rep, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+static int report_addf(struct report *rep, const char *fmt, ...)
+{
+    va_list ap;
+    char *line;
+
+    va_start(ap, fmt);
+    int n = vasprintf(&line, fmt, ap);
+    va_end(ap);
+    if (n < 0)
+        return TBM_ERR_NOMEM;
+    if (rep->len + (size_t)n > rep->cap) {
+        size_t cap = (rep->cap + (size_t)n) * 2;
+        char *buf = realloc(rep->buf, cap);
+        if (!buf) {
+            free(line);
+            return TBM_ERR_NOMEM;
+        }
+        rep->buf = buf;
+        rep->cap = cap;
+    }
+    memcpy(rep->buf + rep->len, line, (size_t)n);
+    rep->len += (size_t)n;
+    free(line);
+    return 0;
+}
+
+static int report_line(struct report *rep, const struct tbm_tensor *t, const struct result *res,
+                       size_t counts[3])
+{
+    char nm[32];
+
+    nm_string(t, nm, sizeof(nm));
+    if (res->skipped) {
+        counts[2]++;
+        return report_addf(rep, "skip %s: %s\n", t->dir, res->error);
+    }
+    if (res->error[0]) {
+        counts[1]++;
+        return report_addf(rep, "FAIL %s: %s\n", t->dir, res->error);
+    }
+    counts[res->pass ? 0 : 1]++;
+    return report_addf(rep,
+                       "%s %s: %s %llux%llu (tested %llux%llu) batch %u max_abs_err %.3g "
+                       "tolerance %.3g speedup %.2fx\n",
+                       res->pass ? "pass" : "FAIL", t->dir, nm, (unsigned long long)res->rows,
+                       (unsigned long long)res->cols, (unsigned long long)res->rows_tested,
+                       (unsigned long long)res->cols_tested, res->batch, res->max_abs_err,
+                       res->tolerance, res->dense_seconds / res->sparse_seconds);
+}
+
+static int report_generate(const struct tbm_views *v, size_t unused, char **out, size_t *len)
+{
+    struct report rep = {0};
+    size_t counts[3] = {0, 0, 0};
+    struct result res;
+    int r = 0;
+
+    (void)unused;
+    for (size_t i = 0; i < v->model->ntensors && r == 0; i++) {
+        const struct tbm_tensor *t = &v->model->tensors[i];
+        if ((r = selftest_tensor(v, t, REPORT_BUDGET, &res)) == 0)
+            r = report_line(&rep, t, &res, counts);
+    }
+    if (r == 0)
+        r = report_addf(&rep, "selftest: %zu passed, %zu failed, %zu skipped\n", counts[0],
+                        counts[1], counts[2]);
+    if (r < 0) {
+        free(rep.buf);
+        return r;
+    }
+    *out = rep.buf;
+    *len = rep.len;
+    return 0;
+}
+
+static int generated_size(const struct tbm_views *v, size_t t, uint64_t *size)
+{
+    (void)v;
+    (void)t;
+    *size = 0;
+    return 0;
+}
+
+const struct tbm_view_ops tbm_selftest_view = {"selftest", generated_size, NULL, tensor_generate};
+const struct tbm_view_ops tbm_selftest_report_view = {"selftest", generated_size, NULL,
+                                                      report_generate};

@@ -1,0 +1,110 @@
+/* The view table: maps each file kind of the tree to its operations. */
+#include "internal.h"
+
+#include <json-c/json.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const struct tbm_view_ops *const ops[TBM_VIEW_COUNT] = {
+    [TBM_VIEW_INDEX_JSON] = &tbm_index_json_view,
+    [TBM_VIEW_MODEL_JSON] = &tbm_model_json_view,
+    [TBM_VIEW_SELFTEST_REPORT] = &tbm_selftest_report_view,
+    [TBM_VIEW_RAW] = &tbm_raw_view,
+    [TBM_VIEW_HEADER_JSON] = &tbm_header_json_view,
+    [TBM_VIEW_WEIGHTS] = &tbm_weights_view,
+    [TBM_VIEW_MASK] = &tbm_mask_view,
+    [TBM_VIEW_DENSE_F32] = &tbm_dense_f32_view,
+    [TBM_VIEW_DENSE_NPY] = &tbm_dense_npy_view,
+    [TBM_VIEW_SELFTEST] = &tbm_selftest_view,
+};
+
+int tbm_views_open(const struct tbm_model *model, struct tbm_views **out)
+{
+    struct tbm_views *v = calloc(1, sizeof(*v));
+
+    if (!v)
+        return TBM_ERR_NOMEM;
+    v->model = model;
+    int r = tbm_model_json_render(v, &v->model_json, &v->model_json_len);
+    if (r < 0) {
+        free(v);
+        return r;
+    }
+    *out = v;
+    return 0;
+}
+
+void tbm_views_close(struct tbm_views *v)
+{
+    if (!v)
+        return;
+    free(v->model_json);
+    free(v);
+}
+
+const char *tbm_view_name(enum tbm_view_kind kind)
+{
+    return ops[kind]->name;
+}
+
+bool tbm_view_generated(enum tbm_view_kind kind)
+{
+    return ops[kind]->generate != NULL;
+}
+
+int tbm_view_size(const struct tbm_views *v, enum tbm_view_kind kind, size_t t, uint64_t *size)
+{
+    return ops[kind]->size(v, t, size);
+}
+
+int tbm_view_read(const struct tbm_views *v, enum tbm_view_kind kind, size_t t, char *buf,
+                  uint64_t off, size_t len, size_t *got)
+{
+    *got = 0;
+    if (ops[kind]->read)
+        return ops[kind]->read(v, t, buf, off, len, got);
+
+    char *doc;
+    size_t doclen;
+    int r = ops[kind]->generate(v, t, &doc, &doclen);
+    if (r < 0)
+        return r;
+    tbm_copy_range(buf, off, len, doc, doclen, got);
+    free(doc);
+    return 0;
+}
+
+int tbm_view_generate(const struct tbm_views *v, enum tbm_view_kind kind, size_t t, char **out,
+                      size_t *len)
+{
+    return ops[kind]->generate(v, t, out, len);
+}
+
+void tbm_copy_range(char *buf, uint64_t off, size_t len, const char *src, size_t srclen,
+                    size_t *got)
+{
+    if (off >= srclen) {
+        *got = 0;
+        return;
+    }
+    size_t n = srclen - (size_t)off < len ? srclen - (size_t)off : len;
+    memcpy(buf, src + off, n);
+    *got = n;
+}
+
+int tbm_json_dump(struct json_object *obj, char **out, size_t *len)
+{
+    const char *s = json_object_to_json_string_ext(
+        obj, JSON_C_TO_STRING_PRETTY | JSON_C_TO_STRING_SPACED | JSON_C_TO_STRING_NOSLASHESCAPE);
+    if (!s)
+        return TBM_ERR_NOMEM;
+    size_t n = strlen(s);
+    char *buf = malloc(n + 1);
+    if (!buf)
+        return TBM_ERR_NOMEM;
+    memcpy(buf, s, n);
+    buf[n] = '\n';
+    *out = buf;
+    *len = n + 1;
+    return 0;
+}
