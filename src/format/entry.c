@@ -41,7 +41,8 @@ static int parse_shape(struct json_object *entry, struct tbm_tensor *t)
         return TBM_ERR_NOMEM;
     for (size_t k = 0; k < n; k++) {
         struct json_object *d = json_object_array_get_idx(v, k);
-        if (!json_object_is_type(d, json_type_int) || json_object_get_int64(d) < 0) {
+        if (!json_object_is_type(d, json_type_int) || json_object_get_int64(d) < 0 ||
+            json_object_get_uint64(d) == UINT64_MAX) {
             free(shape);
             return tbm_strlist_addf(&t->warnings, "index \"shape\" has an element that is not a "
                                                   "non-negative integer");

@@ -83,8 +83,10 @@ int tbm_json_get_u64(struct json_object *obj, const char *key, uint64_t *out)
     if (!json_object_is_type(v, json_type_int))
         return -1;
     /* json-c keeps integers above INT64_MAX as unsigned; get_int64 saturates
-     * those to INT64_MAX, so a negative answer means a negative number. */
-    if (json_object_get_int64(v) < 0)
+     * those to INT64_MAX, so a negative answer means a negative number. It
+     * also saturates anything beyond 2^64 - 1 to UINT64_MAX, which is thus
+     * refused: no count or offset of a real file is that large. */
+    if (json_object_get_int64(v) < 0 || json_object_get_uint64(v) == UINT64_MAX)
         return -1;
     *out = json_object_get_uint64(v);
     return 1;

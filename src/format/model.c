@@ -459,6 +459,21 @@ static int check_overlaps(struct tbm_model *m)
     return r;
 }
 
+static int warn_stats(struct tbm_tensor *t)
+{
+    int r = 0;
+
+    if (!t->stats_known)
+        return 0;
+    if (t->stats.groups_over_n)
+        r = tbm_strlist_addf(&t->warnings, "%llu groups keep more than nm_n = %u elements",
+                             (unsigned long long)t->stats.groups_over_n, t->hdr.nm_n);
+    if (r == 0 && t->stats.mask_conflicts)
+        r = tbm_strlist_addf(&t->warnings, "%llu pruned elements have a non-zero stored weight",
+                             (unsigned long long)t->stats.mask_conflicts);
+    return r;
+}
+
 static int compute_stats(struct tbm_model *m)
 {
     int r;
@@ -473,6 +488,8 @@ static int compute_stats(struct tbm_model *m)
         } else if (t->mask_usable && t->mask.ok && (r = tbm_blob_count(t, m->isa)) < 0) {
             return r;
         }
+        if ((r = warn_stats(t)) < 0)
+            return r;
     }
     return 0;
 }
