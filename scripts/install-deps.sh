@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Installs the Debian packages tbmfs needs to build, test and demo, when any
+# is missing. Safe to run again: it does nothing once everything is there.
+set -euo pipefail
+
+packages=(
+    gcc pkg-config meson ninja-build
+    libfuse3-dev fuse3 libjson-c-dev libopenblas-dev libcmocka-dev
+    python3 python3-numpy
+    clang libclang-rt-14-dev
+)
+
+missing=()
+for p in "${packages[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -eq 0 ]; then
+    exit 0
+fi
+echo "installing: ${missing[*]}"
+sudo=""
+[ "$(id -u)" -eq 0 ] || sudo="sudo"
+$sudo apt-get update -qq
+DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >/dev/null
