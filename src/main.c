@@ -145,7 +145,9 @@ static int serve(struct fuse_args *args, const struct fuse_cmdline_opts *opts,
         r = fuse_session_loop_mt(se, cfg);
         fuse_loop_cfg_destroy(cfg);
     }
-    r = r == 0 ? 0 : 1;
+    /* The loop returns the number of a signal that ended it: SIGINT and
+     * SIGTERM are the ordinary way to stop, not a failure. */
+    r = r >= 0 ? 0 : 1;
 out_unmount:
     fuse_session_unmount(se);
 out_signals:

@@ -43,6 +43,11 @@ const char *tbm_view_name(enum tbm_view_kind kind);
  * tbm_view_generate (tbm_view_read regenerates it on every call). */
 bool tbm_view_generated(enum tbm_view_kind kind);
 
+/* Whether view kind of tensor t can be served: false for the views of a
+ * broken tensor that validation found unsafe. Such a view has size 0 and its
+ * reads fail with TBM_ERR_BROKEN. */
+bool tbm_view_servable(const struct tbm_views *views, enum tbm_view_kind kind, size_t t);
+
 /* The size in bytes of view kind of tensor t (t is ignored for root files). */
 int tbm_view_size(const struct tbm_views *views, enum tbm_view_kind kind, size_t t, uint64_t *size);
 

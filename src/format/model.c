@@ -432,7 +432,9 @@ static int mark_overlap(struct tbm_tensor *t, const struct tbm_tensor *other)
 }
 
 /* In a container every blob must have bytes of its own: a sweep in offset
- * order finds each blob that starts before an earlier one has ended. */
+ * order finds each blob that starts before an earlier one has ended. Blobs
+ * whose regions already fell outside the data are broken anyway; their
+ * declared extent says nothing about their neighbours. */
 static int check_overlaps(struct tbm_model *m)
 {
     struct tbm_tensor **v = malloc((m->ntensors ? m->ntensors : 1) * sizeof(*v));
@@ -442,7 +444,7 @@ static int check_overlaps(struct tbm_model *m)
     if (!v)
         return TBM_ERR_NOMEM;
     for (size_t i = 0; i < m->ntensors; i++)
-        if (m->tensors[i].raw.len > 0)
+        if (m->tensors[i].raw.ok)
             v[n++] = &m->tensors[i];
     qsort(v, n, sizeof(*v), by_offset);
     struct tbm_tensor *reach = NULL; /* the earlier blob ending furthest */
@@ -537,9 +539,7 @@ static int build_table(struct opener *o)
         if ((r = take_metadata(o)) < 0 || (r = load_entries(o, arr)) < 0)
             return r;
     }
-    if (m->kind == TBM_SOURCE_CONTAINER && check_overlaps(m) < 0)
-        return fail(o, TBM_ERR_NOMEM, "out of memory");
-    if (assign_dirs(m) < 0)
+    if (assign_dirs(m) < 0 || (m->kind == TBM_SOURCE_CONTAINER && check_overlaps(m) < 0))
         return fail(o, TBM_ERR_NOMEM, "out of memory");
     if ((r = compute_stats(m)) < 0)
         return fail(o, r, "out of memory computing statistics");

@@ -279,6 +279,11 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
         fuse_reply_err(req, EROFS);
         return;
     }
+    size_t t = n.tensor < 0 ? 0 : (size_t)n.tensor;
+    if (!tbm_view_servable(fs->views, n.kind, t)) {
+        fuse_reply_err(req, EIO);
+        return;
+    }
     if (!tbm_view_generated(n.kind)) {
         fi->keep_cache = 1;
         fuse_reply_open(req, fi);

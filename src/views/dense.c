@@ -41,8 +41,9 @@ static struct scratch *thread_scratch(void)
     return s;
 }
 
-static bool dense_servable(const struct tbm_tensor *t)
+static bool dense_servable(const struct tbm_views *v, size_t i)
 {
+    const struct tbm_tensor *t = &v->model->tensors[i];
     return t->header_sound && t->weights.ok && (!t->mask_usable || t->mask.ok);
 }
 
@@ -106,9 +107,10 @@ static int dense_bytes(const struct tbm_views *v, const struct tbm_tensor *t, ch
     return 0;
 }
 
+/* Servable means the weights are inside the file, so this cannot overflow. */
 static uint64_t f32_size(const struct tbm_tensor *t)
 {
-    return t->header_sound ? t->hdr.num_weights * 4 : 0;
+    return t->hdr.num_weights * 4;
 }
 
 static int dense_range(const struct tbm_views *v, const struct tbm_tensor *t, char *buf,
@@ -116,8 +118,6 @@ static int dense_range(const struct tbm_views *v, const struct tbm_tensor *t, ch
 {
     uint64_t size = f32_size(t);
 
-    if (!dense_servable(t))
-        return TBM_ERR_BROKEN;
     if (off >= size) {
         *got = 0;
         return 0;
@@ -209,5 +209,7 @@ static int npy_view_read(const struct tbm_views *v, size_t t, char *buf, uint64_
     return 0;
 }
 
-const struct tbm_view_ops tbm_dense_f32_view = {"dense.f32", f32_view_size, f32_view_read, NULL};
-const struct tbm_view_ops tbm_dense_npy_view = {"dense.npy", npy_view_size, npy_view_read, NULL};
+const struct tbm_view_ops tbm_dense_f32_view = {"dense.f32", f32_view_size, f32_view_read, NULL,
+                                                dense_servable};
+const struct tbm_view_ops tbm_dense_npy_view = {"dense.npy", npy_view_size, npy_view_read, NULL,
+                                                dense_servable};

@@ -17,6 +17,8 @@ struct tbm_view_ops {
     int (*read)(const struct tbm_views *v, size_t t, char *buf, uint64_t off, size_t len,
                 size_t *got);
     int (*generate)(const struct tbm_views *v, size_t t, char **out, size_t *len);
+    /* NULL when every tensor's view can be served */
+    bool (*servable)(const struct tbm_views *v, size_t t);
 };
 
 extern const struct tbm_view_ops tbm_index_json_view, tbm_model_json_view, tbm_selftest_report_view,

@@ -10,7 +10,7 @@
 static const char *dtype_name(const struct tbm_tensor *t)
 {
     static const char *const names[] = {"fp32", "fp16", "bf16", "fp64"};
-    return t->header_sound ? names[t->hdr.precision] : NULL;
+    return t->header_read && t->hdr.precision < 4 ? names[t->hdr.precision] : NULL;
 }
 
 static struct json_object *strlist_json(const struct tbm_strlist *list)
@@ -81,7 +81,8 @@ static int header_render(const struct tbm_views *v, size_t t, char **out, size_t
     add_header_fields(o, tensor);
     json_object_object_add(o, "offset", json_object_new_uint64(tensor->offset));
     add_stats(o, tensor);
-    json_object_object_add(o, "mask_applied", json_object_new_boolean(tensor->mask_usable));
+    json_object_object_add(o, "mask_applied",
+                           json_object_new_boolean(tensor->mask_usable && tensor->mask.ok));
     json_object_object_add(o, "problems", strlist_json(&tensor->problems));
     json_object_object_add(o, "warnings", strlist_json(&tensor->warnings));
     json_object_object_add(o, "index",
@@ -203,6 +204,7 @@ static int index_read(const struct tbm_views *v, size_t t, char *buf, uint64_t o
     return 0;
 }
 
-const struct tbm_view_ops tbm_index_json_view = {"index.json", index_size, index_read, NULL};
-const struct tbm_view_ops tbm_model_json_view = {"model.json", model_size, model_read, NULL};
-const struct tbm_view_ops tbm_header_json_view = {"header.json", header_size, header_read, NULL};
+const struct tbm_view_ops tbm_index_json_view = {"index.json", index_size, index_read, NULL, NULL};
+const struct tbm_view_ops tbm_model_json_view = {"model.json", model_size, model_read, NULL, NULL};
+const struct tbm_view_ops tbm_header_json_view = {"header.json", header_size, header_read, NULL,
+                                                  NULL};

@@ -7,12 +7,15 @@ static const struct tbm_region *region_of(const struct tbm_tensor *t, int which)
     return which == 0 ? &t->raw : which == 1 ? &t->weights : &t->mask;
 }
 
-/* A region that failed validation still has a size when its bounds could be
- * computed; it reads as EIO. */
-static int region_size(const struct tbm_views *v, size_t t, int which, uint64_t *size)
+static bool region_servable(const struct tbm_views *v, size_t t, int which)
 {
     const struct tbm_tensor *tensor = &v->model->tensors[t];
-    *size = tensor->header_sound ? region_of(tensor, which)->len : 0;
+    return tensor->header_sound && region_of(tensor, which)->ok;
+}
+
+static int region_size(const struct tbm_views *v, size_t t, int which, uint64_t *size)
+{
+    *size = region_of(&v->model->tensors[t], which)->len;
     return 0;
 }
 
@@ -22,8 +25,6 @@ static int region_read(const struct tbm_views *v, size_t t, int which, char *buf
     const struct tbm_tensor *tensor = &v->model->tensors[t];
     const struct tbm_region *r = region_of(tensor, which);
 
-    if (!tensor->header_sound || !r->ok)
-        return TBM_ERR_BROKEN;
     if (off >= r->len) {
         *got = 0;
         return 0;
@@ -69,6 +70,22 @@ static int mask_read(const struct tbm_views *v, size_t t, char *buf, uint64_t of
     return region_read(v, t, 2, buf, off, len, got);
 }
 
-const struct tbm_view_ops tbm_raw_view = {"raw.tb", raw_size, raw_read, NULL};
-const struct tbm_view_ops tbm_weights_view = {"weights.bin", weights_size, weights_read, NULL};
-const struct tbm_view_ops tbm_mask_view = {"mask.bin", mask_size, mask_read, NULL};
+static bool raw_servable(const struct tbm_views *v, size_t t)
+{
+    return region_servable(v, t, 0);
+}
+
+static bool weights_servable(const struct tbm_views *v, size_t t)
+{
+    return region_servable(v, t, 1);
+}
+
+static bool mask_servable(const struct tbm_views *v, size_t t)
+{
+    return region_servable(v, t, 2);
+}
+
+const struct tbm_view_ops tbm_raw_view = {"raw.tb", raw_size, raw_read, NULL, raw_servable};
+const struct tbm_view_ops tbm_weights_view = {"weights.bin", weights_size, weights_read, NULL,
+                                              weights_servable};
+const struct tbm_view_ops tbm_mask_view = {"mask.bin", mask_size, mask_read, NULL, mask_servable};

@@ -355,6 +355,7 @@ static int generated_size(const struct tbm_views *v, size_t t, uint64_t *size)
     return 0;
 }
 
-const struct tbm_view_ops tbm_selftest_view = {"selftest", generated_size, NULL, tensor_generate};
+const struct tbm_view_ops tbm_selftest_view = {"selftest", generated_size, NULL, tensor_generate,
+                                               NULL};
 const struct tbm_view_ops tbm_selftest_report_view = {"selftest", generated_size, NULL,
-                                                      report_generate};
+                                                      report_generate, NULL};

@@ -52,15 +52,23 @@ bool tbm_view_generated(enum tbm_view_kind kind)
     return ops[kind]->generate != NULL;
 }
 
+bool tbm_view_servable(const struct tbm_views *v, enum tbm_view_kind kind, size_t t)
+{
+    return !ops[kind]->servable || ops[kind]->servable(v, t);
+}
+
 int tbm_view_size(const struct tbm_views *v, enum tbm_view_kind kind, size_t t, uint64_t *size)
 {
-    return ops[kind]->size(v, t, size);
+    *size = 0;
+    return tbm_view_servable(v, kind, t) ? ops[kind]->size(v, t, size) : 0;
 }
 
 int tbm_view_read(const struct tbm_views *v, enum tbm_view_kind kind, size_t t, char *buf,
                   uint64_t off, size_t len, size_t *got)
 {
     *got = 0;
+    if (!tbm_view_servable(v, kind, t))
+        return TBM_ERR_BROKEN;
     if (ops[kind]->read)
         return ops[kind]->read(v, t, buf, off, len, got);
 
