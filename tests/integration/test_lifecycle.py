@@ -1,0 +1,158 @@
+#!/usr/bin/python3
+"""Integration test of the daemon's life: backgrounding by default only once the mount is
+usable, -f staying in the foreground and exiting 0 on fusermount3 -u, SIGTERM and SIGINT,
+the mount helper (mount -t fuse.tbmfs), -s, -V, TBMFS_KERNELS and clean unmounts."""
+
+import os
+import signal
+import subprocess
+import time
+
+import harness
+import models
+from harness import (CMD_TIMEOUT, TBMFS, Mount, check, eq, kernels_supported, mounted, read_all,
+                     read_json, run, run_tbmfs)
+
+gen = None
+
+
+def background(suite, src, cont):
+    m = Mount(suite, src)
+
+    def start():
+        eq(m.start(), 0, "exit code (%s)" % m.err.strip())
+        # No wait at all: the command must return only once the mount serves requests.
+        eq(read_all(m.p("index.json")), cont.index_bytes, "index.json right after return")
+        check(mounted(m.path), "not in /proc/mounts")
+        check(m.pid is not None and m.alive(), "no daemon process left serving the mount")
+        with open("/proc/%d/stat" % m.pid) as f:
+            ppid = int(f.read().split(")")[-1].split()[1])
+        check(ppid != os.getpid(), "the daemon is still our child: not backgrounded")
+
+    suite.case("background: returns once the mount is usable", start)
+
+    def unmount():
+        eq(m.unmount().returncode, 0, "fusermount3 -u exit")
+        check(not mounted(m.path), "still mounted")
+        m.wait_exit(10)
+        check(not m.alive(), "daemon did not exit")
+
+    suite.case("background: fusermount3 -u ends the daemon", unmount)
+    m.stop()
+
+    t = Mount(suite, src)
+
+    def term():
+        eq(t.start(), 0, "exit code (%s)" % t.err.strip())
+        check(t.pid, "no daemon pid")
+        os.kill(t.pid, signal.SIGTERM)
+        t.wait_exit(10)
+        check(not t.alive(), "daemon did not exit on SIGTERM")
+        check(not mounted(t.path), "mount left behind after SIGTERM")
+
+    suite.case("background: SIGTERM unmounts and exits", term)
+    t.stop()
+
+
+def foreground(suite, src, cont):
+    for how in ("fusermount3 -u", "SIGTERM", "SIGINT"):
+        m = Mount(suite, src, foreground=True)
+
+        def go(m=m, how=how):
+            rc = m.start()
+            check(rc is None, "tbmfs -f exited %s: %s" % (rc, m.err.strip()))
+            eq(read_all(m.p("index.json")), cont.index_bytes, "index.json")
+            time.sleep(0.3)
+            check(m.proc.poll() is None, "tbmfs -f left the foreground")
+            if how == "fusermount3 -u":
+                eq(m.unmount().returncode, 0, "fusermount3 -u exit")
+            else:
+                m.proc.send_signal(signal.SIGTERM if how == "SIGTERM" else signal.SIGINT)
+            eq(m.wait_exit(10), 0, "tbmfs -f exit code")
+            check(not mounted(m.path), "mount left behind")
+
+        suite.case("foreground: -f exits 0 on %s" % how, go)
+        m.stop()
+
+
+def options(suite, src, cont):
+    m = Mount(suite, src, args=["-s"])
+
+    def single():
+        eq(m.start(), 0, "exit code (%s)" % m.err.strip())
+        eq(read_all(m.p("index.json")), cont.index_bytes, "index.json")
+
+    suite.case("options: -s (single-threaded) mounts and serves", single)
+    m.stop()
+
+    def version():
+        rc, out, err = run_tbmfs(["-V"])
+        eq(rc, 0, "exit code")
+        check("0.1.0" in out + err, "no version in %r" % (out + err))
+
+    suite.case("options: -V prints the version", version)
+    suite.case("options: -h exits 0", lambda: eq(run_tbmfs(["-h"])[0], 0, "exit code"))
+
+    helper = Mount(suite, src)
+
+    def mount_helper():
+        # The fstab form fuse.tbmfs needs tbmfs installed where mount(8) looks; the
+        # PROGRAM#SOURCE form runs the same helper (mount.fuse3) and calling convention.
+        suite.mounts.append(helper)
+        p = subprocess.run(["mount", "-t", "fuse", "-o", "ro", "%s#%s" % (TBMFS, src),
+                            helper.path], capture_output=True, timeout=CMD_TIMEOUT,
+                           stdin=subprocess.DEVNULL)
+        helper.pid = helper.find_daemon()
+        eq(p.returncode, 0, "mount exit (%s)" % p.stderr.decode().strip())
+        eq(read_all(helper.p("index.json")), cont.index_bytes, "index.json")
+        check(helper.pid is not None, "no daemon found")
+
+    suite.case("options: mount -t fuse -o ro TBMFS#SOURCE (mount helper)", mount_helper)
+    helper.stop()
+
+
+def kernels(suite, src):
+    for k in ("scalar", "avx2", "avx512"):
+        if k not in kernels_supported():
+            continue
+        m = Mount(suite, src, env={"TBMFS_KERNELS": k})
+
+        def forced(m=m, k=k):
+            eq(m.start(), 0, "exit code (%s)" % m.err.strip())
+            eq(read_json(m.p("model.json")).get("kernels"), k, "model.json kernels")
+
+        suite.case("kernels: TBMFS_KERNELS=%s is used" % k, forced)
+        m.stop()
+    m = Mount(suite, src)
+
+    def best():
+        eq(m.start(), 0, "exit code (%s)" % m.err.strip())
+        eq(read_json(m.p("model.json")).get("kernels"), kernels_supported()[-1], "kernels")
+
+    suite.case("kernels: the best level by default", best)
+    m.stop()
+    bad = Mount(suite, src, env={"TBMFS_KERNELS": "sse9"})
+
+    def refused():
+        rc = bad.start()
+        check(rc not in (0, None), "mounted with TBMFS_KERNELS=sse9")
+        check("sse9" in bad.err or "TBMFS_KERNELS" in bad.err, "unclear error %r" % bad.err)
+        check(not mounted(bad.path), "mount left behind")
+
+    suite.case("kernels: TBMFS_KERNELS=sse9 is refused", refused)
+    bad.stop()
+
+
+def main(suite):
+    global gen
+    gen = harness.load_gen()
+    src = os.path.join(suite.tmp, "life.tbm")
+    cont, _ = models.write_container(gen, src, models.sound_tensors(gen)[:4])
+    background(suite, src, cont)
+    foreground(suite, src, cont)
+    options(suite, src, cont)
+    kernels(suite, src)
+
+
+if __name__ == "__main__":
+    run("integration-lifecycle", main)
