@@ -49,8 +49,8 @@ static inline uint32_t tbm_mask_word_bytes(uint32_t m)
  * NULL every element is kept; otherwise m is 1..32 and mask points at the mask
  * word of group first / m, and element i is kept when bit (i % m) of its
  * group's little-endian word is set. Pruned elements become +0.0. */
-void tbm_expand(enum tbm_isa isa, enum tbm_precision prec, const void *weights,
-                const uint8_t *mask, uint32_t m, uint64_t first, size_t count, float *out);
+void tbm_expand(enum tbm_isa isa, enum tbm_precision prec, const void *weights, const uint8_t *mask,
+                uint32_t m, uint64_t first, size_t count, float *out);
 
 /* Counters that header.json reports. */
 struct tbm_mask_stats {
@@ -73,15 +73,19 @@ void tbm_mask_count(enum tbm_isa isa, enum tbm_precision prec, const void *weigh
 struct tbm_nm_matrix;
 
 /* Builds the compressed form from stored weights and mask (both starting at
- * element 0, m 1..32). It follows the mask whatever it holds: a group may keep
- * any number of elements. Returns 0, or -1 when out of memory. */
+ * element 0; m 1..32; mask NULL keeps every element). It follows the mask
+ * whatever it holds: a group may keep any number of elements. Returns 0, or
+ * -1 for an unknown precision, an m out of range, sizes that overflow, or
+ * when out of memory. */
 int tbm_nm_pack(enum tbm_precision prec, const void *weights, const uint8_t *mask, uint32_t m,
                 uint64_t rows, uint64_t cols, struct tbm_nm_matrix **out);
 
 void tbm_nm_free(struct tbm_nm_matrix *w);
 
 /* y = W x, where x is cols x batch and y rows x batch, both row-major float32.
- * Reads only the kept values. */
+ * Reads only the kept values. Each output adds its row's kept products in
+ * increasing column order, one fused multiply-add each; a NaN result is
+ * written as the canonical quiet NaN, so every path is bit-identical. */
 void tbm_spmm(enum tbm_isa isa, const struct tbm_nm_matrix *w, const float *x, uint32_t batch,
               float *y);
 
