@@ -49,9 +49,13 @@ static void decode_header(const unsigned char *p, struct tbm_blob_header *h)
     h->precision = p[48];
 }
 
+/* The header's fields end at byte 49; the rest of its 4096 bytes is reserved
+ * padding that nothing reads, so only the fields are fetched. */
+#define HEADER_FIELDS 49
+
 static int read_header(struct tbm_tensor *t, uint64_t data_end)
 {
-    unsigned char buf[TBM_HEADER_SIZE];
+    unsigned char buf[HEADER_FIELDS];
 
     if (t->offset > data_end || data_end - t->offset < TBM_HEADER_SIZE)
         return tbm_strlist_addf(&t->problems,
@@ -196,37 +200,35 @@ int tbm_blob_validate(struct tbm_tensor *t, uint64_t data_end)
     return check_mask_rule(t);
 }
 
-/* Elements per statistics chunk: bounded scratch, whole groups. */
-#define COUNT_CHUNK (1u << 20)
+int tbm_count_buf_init(struct tbm_count_buf *buf)
+{
+    buf->weights = malloc(TBM_COUNT_CHUNK * 8);
+    buf->mask = malloc(TBM_COUNT_CHUNK);
+    return buf->weights && buf->mask ? 0 : TBM_ERR_NOMEM;
+}
 
-int tbm_blob_count(struct tbm_tensor *t, enum tbm_isa isa)
+void tbm_count_buf_free(struct tbm_count_buf *buf)
+{
+    free(buf->weights);
+    free(buf->mask);
+}
+
+int tbm_blob_count(struct tbm_tensor *t, enum tbm_isa isa, struct tbm_count_buf *buf)
 {
     const struct tbm_blob_header *h = &t->hdr;
     size_t es = tbm_precision_size(h->precision);
     uint32_t m = h->nm_m, wb = tbm_mask_word_bytes(m);
-    uint64_t chunk = COUNT_CHUNK - COUNT_CHUNK % m;
-    int r = 0;
+    uint64_t chunk = TBM_COUNT_CHUNK - TBM_COUNT_CHUNK % m;
 
-    void *w = malloc(chunk * es);
-    uint8_t *mask = malloc(chunk / m * wb);
-    if (!w || !mask) {
-        r = TBM_ERR_NOMEM;
-        goto out;
-    }
     memset(&t->stats, 0, sizeof(t->stats));
     for (uint64_t i = 0; i < h->num_weights; i += chunk) {
         uint64_t n = h->num_weights - i < chunk ? h->num_weights - i : chunk;
         uint64_t groups = n / m + (n % m != 0);
-        if (tbm_pread_full(t->fd, w, n * es, t->weights.off + i * es) < 0 ||
-            tbm_pread_full(t->fd, mask, groups * wb, t->mask.off + i / m * wb) < 0) {
-            r = tbm_strlist_addf(&t->problems, "payload cannot be read for statistics");
-            goto out;
-        }
-        tbm_mask_count(isa, h->precision, w, mask, h->nm_n, m, n, &t->stats);
+        if (tbm_pread_full(t->fd, buf->weights, n * es, t->weights.off + i * es) < 0 ||
+            tbm_pread_full(t->fd, buf->mask, groups * wb, t->mask.off + i / m * wb) < 0)
+            return tbm_strlist_addf(&t->problems, "payload cannot be read for statistics");
+        tbm_mask_count(isa, h->precision, buf->weights, buf->mask, h->nm_n, m, n, &t->stats);
     }
     t->stats_known = true;
-out:
-    free(w);
-    free(mask);
-    return r;
+    return 0;
 }

@@ -43,8 +43,18 @@ int tbm_blob_validate(struct tbm_tensor *t, uint64_t data_end);
 /* Compares the index entry with the blob header and records warnings. */
 int tbm_entry_check_header(struct json_object *entry, struct tbm_tensor *t);
 
+/* Scratch for statistics, allocated once per open: TBM_COUNT_CHUNK elements
+ * of the widest precision and their mask words (one byte each at most). */
+#define TBM_COUNT_CHUNK (256u * 1024u)
+struct tbm_count_buf {
+    void *weights;
+    uint8_t *mask;
+};
+int tbm_count_buf_init(struct tbm_count_buf *buf);
+void tbm_count_buf_free(struct tbm_count_buf *buf);
+
 /* Computes t's mask statistics by reading its payloads in chunks. */
-int tbm_blob_count(struct tbm_tensor *t, enum tbm_isa isa);
+int tbm_blob_count(struct tbm_tensor *t, enum tbm_isa isa, struct tbm_count_buf *buf);
 
 /* Opens a manifest's "file" beneath dirfd; -1 with a reason in why. */
 int tbm_manifest_open_file(int dirfd, const char *file, size_t len, const char **why);

@@ -478,22 +478,26 @@ static int warn_stats(struct tbm_tensor *t)
 
 static int compute_stats(struct tbm_model *m)
 {
-    int r;
+    struct tbm_count_buf buf = {0};
+    int r = 0;
 
-    for (size_t i = 0; i < m->ntensors; i++) {
+    for (size_t i = 0; i < m->ntensors && r == 0; i++) {
         struct tbm_tensor *t = &m->tensors[i];
         if (!t->header_sound || !t->weights.ok)
             continue;
         if (t->hdr.nm_m == 0) {
             t->stats.kept = t->hdr.num_weights;
             t->stats_known = true;
-        } else if (t->mask_usable && t->mask.ok && (r = tbm_blob_count(t, m->isa)) < 0) {
-            return r;
+        } else if (t->mask_usable && t->mask.ok) {
+            if (!buf.weights && (r = tbm_count_buf_init(&buf)) < 0)
+                break;
+            r = tbm_blob_count(t, m->isa, &buf);
         }
-        if ((r = warn_stats(t)) < 0)
-            return r;
+        if (r == 0)
+            r = warn_stats(t);
     }
-    return 0;
+    tbm_count_buf_free(&buf);
+    return r;
 }
 
 static int open_source(struct opener *o)
