@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "fuse/fs.h"
 #include "tbm/model.h"
@@ -214,7 +215,7 @@ int main(int argc, char *argv[])
      * runs inside a FUSE worker; more BLAS threads would only fight the other
      * workers for the two cores and skew the comparison. */
     openblas_set_num_threads(1);
-    struct tbm_fs fs = {.model = model, .views = views};
+    struct tbm_fs fs = {.model = model, .views = views, .uid = getuid(), .gid = getgid()};
     status = serve(&args, &opts, &fs);
 out:
     tbm_views_close(views);

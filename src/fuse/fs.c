@@ -33,6 +33,16 @@ struct node {
     enum tbm_view_kind kind;
 };
 
+static void op_init(void *userdata, struct fuse_conn_info *conn)
+{
+    (void)userdata;
+    /* Every listing carries attributes: find and ls -l over a large tree then
+     * need no lookup per entry. */
+    if (conn->capable & FUSE_CAP_READDIRPLUS)
+        conn->want |= FUSE_CAP_READDIRPLUS;
+    conn->want &= ~FUSE_CAP_READDIRPLUS_AUTO;
+}
+
 static const struct tbm_fs *fs_of(fuse_req_t req)
 {
     return fuse_req_userdata(req);
@@ -84,8 +94,8 @@ static int fill_attr(const struct tbm_fs *fs, fuse_ino_t ino, const struct node 
 
     memset(st, 0, sizeof(*st));
     st->st_ino = ino;
-    st->st_uid = getuid();
-    st->st_gid = getgid();
+    st->st_uid = fs->uid;
+    st->st_gid = fs->gid;
     st->st_atim = st->st_mtim = st->st_ctim = fs->model->mtime;
     if (n->dir) {
         st->st_mode = S_IFDIR | 0555;
@@ -224,16 +234,16 @@ static bool dir_entry(const struct tbm_fs *fs, fuse_ino_t dir, const struct node
     return true;
 }
 
-static void op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
-                       struct fuse_file_info *fi)
+/* Fills one reply of directory entries from offset off; with plus, each
+ * entry carries its attributes so that listing a directory needs no lookups. */
+static void reply_dir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, bool plus)
 {
     const struct tbm_fs *fs = fs_of(req);
-    struct node n;
+    struct node n, cn;
     const char *name;
     fuse_ino_t child;
     mode_t mode;
 
-    (void)fi;
     if (!decode_ino(fs, ino, &n) || !n.dir) {
         fuse_reply_err(req, ENOTDIR);
         return;
@@ -245,14 +255,52 @@ static void op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
     }
     size_t used = 0;
     for (size_t i = (size_t)off; dir_entry(fs, ino, &n, i, &name, &child, &mode); i++) {
-        struct stat st = {.st_ino = child, .st_mode = mode};
-        size_t need = fuse_add_direntry(req, buf + used, size - used, name, &st, (off_t)i + 1);
+        struct fuse_entry_param e = {
+            .ino = child, .attr_timeout = CACHE_SECONDS, .entry_timeout = CACHE_SECONDS};
+        size_t need;
+        if (!plus) {
+            e.attr.st_ino = child;
+            e.attr.st_mode = mode;
+            need = fuse_add_direntry(req, buf + used, size - used, name, &e.attr, (off_t)i + 1);
+        } else {
+            /* "." and ".." carry no entry: the kernel must not count a lookup */
+            if (i >= 2 && (!decode_ino(fs, child, &cn) || fill_attr(fs, child, &cn, &e.attr) < 0))
+                break;
+            if (i < 2) {
+                memset(&e, 0, sizeof(e));
+                e.attr.st_ino = child;
+                e.attr.st_mode = S_IFDIR;
+            }
+            need = fuse_add_direntry_plus(req, buf + used, size - used, name, &e, (off_t)i + 1);
+        }
         if (need > size - used)
             break;
         used += need;
     }
     fuse_reply_buf(req, buf, used);
     free(buf);
+}
+
+/* Nothing is kept per open directory, so the kernel may skip opendir and
+ * releasedir entirely: ENOSYS here tells it so once, for the whole mount. */
+static void op_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+    (void)ino, (void)fi;
+    fuse_reply_err(req, ENOSYS);
+}
+
+static void op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+                       struct fuse_file_info *fi)
+{
+    (void)fi;
+    reply_dir(req, ino, size, off, false);
+}
+
+static void op_readdirplus(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+                           struct fuse_file_info *fi)
+{
+    (void)fi;
+    reply_dir(req, ino, size, off, true);
 }
 
 /* A generated view's content, taken once at open so that every read of that
@@ -479,9 +527,12 @@ static void op_fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t offset,
 }
 
 const struct fuse_lowlevel_ops tbm_fs_ops = {
+    .init = op_init,
     .lookup = op_lookup,
     .getattr = op_getattr,
+    .opendir = op_opendir,
     .readdir = op_readdir,
+    .readdirplus = op_readdirplus,
     .open = op_open,
     .read = op_read,
     .release = op_release,

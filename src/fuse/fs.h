@@ -11,6 +11,8 @@
 struct tbm_fs {
     const struct tbm_model *model;
     const struct tbm_views *views;
+    uid_t uid; /* owner of every file: whoever mounted */
+    gid_t gid;
 };
 
 /* The operations to pass to fuse_session_new with a struct tbm_fs as userdata. */
