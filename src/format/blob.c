@@ -126,11 +126,14 @@ static int place_regions(struct tbm_tensor *t, uint64_t data_end)
     uint64_t wbytes;
     int r;
 
+    /* Each region is judged on its own: an overflowing weights size says
+     * nothing against a mask that lies well inside the file. */
     if (__builtin_mul_overflow(h->num_weights, tbm_precision_size(h->precision), &wbytes))
-        return tbm_strlist_addf(&t->problems, "num_weights %llu x %zu bytes overflows",
-                                (unsigned long long)h->num_weights,
-                                tbm_precision_size(h->precision));
-    if ((r = place_region(t, "weights", h->weights_offset, wbytes, data_end, &t->weights)) < 0 ||
+        r = tbm_strlist_addf(&t->problems, "num_weights %llu x %zu bytes overflows",
+                             (unsigned long long)h->num_weights, tbm_precision_size(h->precision));
+    else
+        r = place_region(t, "weights", h->weights_offset, wbytes, data_end, &t->weights);
+    if (r < 0 ||
         (r = place_region(t, "mask", h->masks_offset, h->num_mask_bytes, data_end, &t->mask)) < 0)
         return r;
 

@@ -63,6 +63,7 @@ static int parse_location(struct json_object *entry, struct tbm_tensor *t, struc
         tbm_strlist_addf(&t->problems, "index \"offset\" is not a non-negative integer") < 0)
         return TBM_ERR_NOMEM;
     e->has_offset = r > 0;
+    e->bad_offset = r < 0;
     if (json_object_object_get_ex(entry, "file", &v) && json_object_is_type(v, json_type_string)) {
         e->file = json_object_get_string(v);
         e->file_len = (size_t)json_object_get_string_len(v);

@@ -27,6 +27,7 @@ int tbm_json_get_u64(struct json_object *obj, const char *key, uint64_t *out);
 /* The fields of one index entry that the validation uses. */
 struct tbm_entry {
     bool has_offset;
+    bool bad_offset; /* present but not a valid integer: already a problem */
     uint64_t offset;
     const char *file; /* manifest mode */
     size_t file_len;
@@ -56,7 +57,9 @@ void tbm_count_buf_free(struct tbm_count_buf *buf);
 /* Computes t's mask statistics by reading its payloads in chunks. */
 int tbm_blob_count(struct tbm_tensor *t, enum tbm_isa isa, struct tbm_count_buf *buf);
 
-/* Opens a manifest's "file" beneath dirfd; -1 with a reason in why. */
-int tbm_manifest_open_file(int dirfd, const char *file, size_t len, const char **why);
+/* Opens a manifest's "file" beneath dirfd, the directory at the real path
+ * dirpath; -1 with a reason in why. */
+int tbm_manifest_open_file(int dirfd, const char *dirpath, const char *file, size_t len,
+                           const char **why);
 
 #endif

@@ -59,6 +59,13 @@ struct json_object *tbm_json_parse_strict(const char *buf, size_t len, const cha
     struct json_object *obj = json_tokener_parse_ex(tok, buf, (int)len);
     enum json_tokener_error err = json_tokener_get_error(tok);
     size_t end = json_tokener_get_parse_end(tok);
+    /* A bare number could go on with more digits: json-c waits for more input
+     * until it is told the text has ended, which a NUL byte does. */
+    if (!obj && err == json_tokener_continue) {
+        obj = json_tokener_parse_ex(tok, "", 1);
+        err = json_tokener_get_error(tok);
+        end = len;
+    }
     json_tokener_free(tok);
 
     if (!obj || err != json_tokener_success) {

@@ -4,7 +4,10 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
+#include <stdbool.h>
 #include <linux/openat2.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -24,11 +27,48 @@ static bool has_dotdot(const char *file, size_t len)
     return false;
 }
 
+/* Opens an O_PATH descriptor for reading through its /proc link, which
+ * reaches the very inode it names, whatever the path says by now. */
+static int reopen_path_fd(int pathfd)
+{
+    char link[64];
+
+    snprintf(link, sizeof(link), "/proc/self/fd/%d", pathfd);
+    return open(link, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+}
+
+/* RESOLVE_BENEATH refuses every absolute symlink, even one that points back
+ * inside the directory, which the contract allows: for those the target is
+ * opened, and kept only if its real path lies under the directory's. */
+static int open_absolute_link(int dirfd, const char *dirpath, const char *file, const char **why)
+{
+    char real[PATH_MAX + 1], link[64];
+    size_t dlen = strlen(dirpath);
+
+    int pathfd = openat(dirfd, file, O_PATH | O_CLOEXEC);
+    if (pathfd < 0) {
+        *why = strerror(errno);
+        return -1;
+    }
+    snprintf(link, sizeof(link), "/proc/self/fd/%d", pathfd);
+    ssize_t n = readlink(link, real, PATH_MAX);
+    bool inside =
+        n > 0 && (size_t)n > dlen && memcmp(real, dirpath, dlen) == 0 && real[dlen] == '/';
+    int fd = inside ? reopen_path_fd(pathfd) : -1;
+    if (!inside)
+        *why = "\"file\" resolves outside the model directory";
+    else if (fd < 0)
+        *why = strerror(errno);
+    close(pathfd);
+    return fd;
+}
+
 /* RESOLVE_BENEATH makes the kernel refuse any step, symlinks included, that
  * leaves dirfd, so a link that stays inside works and one that leaves fails
  * with EXDEV. O_NONBLOCK keeps a FIFO from blocking the open. The file stays
  * open from mount on, so swapping it afterwards changes nothing we serve. */
-int tbm_manifest_open_file(int dirfd, const char *file, size_t len, const char **why)
+int tbm_manifest_open_file(int dirfd, const char *dirpath, const char *file, size_t len,
+                           const char **why)
 {
     struct open_how how = {
         .flags = O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK,
@@ -49,10 +89,12 @@ int tbm_manifest_open_file(int dirfd, const char *file, size_t len, const char *
         return -1;
     }
     int fd = (int)syscall(SYS_openat2, dirfd, file, &how, sizeof(how));
-    if (fd < 0) {
-        *why = errno == EXDEV ? "\"file\" resolves outside the model directory" : strerror(errno);
+    if (fd < 0 && errno == EXDEV)
+        fd = open_absolute_link(dirfd, dirpath, file, why);
+    else if (fd < 0)
+        *why = strerror(errno);
+    if (fd < 0)
         return -1;
-    }
     if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
         close(fd);
         *why = "\"file\" is not a regular file";

@@ -155,7 +155,8 @@ static int locate(struct opener *o, struct tbm_tensor *t, const struct tbm_entry
 
     if (o->m->kind == TBM_SOURCE_CONTAINER) {
         if (!e->has_offset)
-            return tbm_strlist_addf(&t->problems, "index entry has no valid \"offset\"");
+            return e->bad_offset ? 0
+                                 : tbm_strlist_addf(&t->problems, "index entry has no \"offset\"");
         t->fd = o->m->fd;
         t->offset = e->offset;
         *data_end = o->data_end;
@@ -163,7 +164,7 @@ static int locate(struct opener *o, struct tbm_tensor *t, const struct tbm_entry
     }
     if (!e->file)
         return tbm_strlist_addf(&t->problems, "manifest entry has no string \"file\"");
-    t->fd = tbm_manifest_open_file(o->m->dirfd, e->file, e->file_len, &why);
+    t->fd = tbm_manifest_open_file(o->m->dirfd, o->m->path, e->file, e->file_len, &why);
     if (t->fd < 0)
         return tbm_strlist_addf(&t->problems, "manifest file \"%s\" refused: %s", e->file, why);
     t->owns_fd = true;

@@ -3,6 +3,7 @@
 #include "internal.h"
 
 #include <json-c/json.h>
+#include <json-c/printbuf.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -65,6 +66,25 @@ static void add_stats(struct json_object *o, const struct tbm_tensor *t)
                            ok ? json_object_new_uint64(t->stats.mask_conflicts) : NULL);
 }
 
+static int print_stored(struct json_object *obj, struct printbuf *pb, int level, int flags)
+{
+    const char *text = json_object_get_userdata(obj);
+    (void)level, (void)flags;
+    return printbuf_memappend(pb, text, (int)strlen(text));
+}
+
+/* The index entry was validated and serialized at open; it is written out
+ * as it is rather than parsed again for every render. */
+static struct json_object *stored_json(const char *text)
+{
+    if (!text)
+        return NULL;
+    struct json_object *obj = json_object_new_object();
+    if (obj)
+        json_object_set_serializer(obj, print_stored, (void *)text, NULL);
+    return obj;
+}
+
 static int header_render(const struct tbm_views *v, size_t t, char **out, size_t *len)
 {
     const struct tbm_tensor *tensor = &v->model->tensors[t];
@@ -85,8 +105,7 @@ static int header_render(const struct tbm_views *v, size_t t, char **out, size_t
                            json_object_new_boolean(tensor->mask_usable && tensor->mask.ok));
     json_object_object_add(o, "problems", strlist_json(&tensor->problems));
     json_object_object_add(o, "warnings", strlist_json(&tensor->warnings));
-    json_object_object_add(o, "index",
-                           tensor->entry_json ? json_tokener_parse(tensor->entry_json) : NULL);
+    json_object_object_add(o, "index", stored_json(tensor->entry_json));
     int r = tbm_json_dump(o, out, len);
     json_object_put(o);
     return r;
