@@ -1,6 +1,7 @@
 /* tbmfs: mounts a Tensorbit model read-only as a tree of tensors, or checks
  * it with --check. Parses the command line and wires model, views and FUSE. */
 #include <cblas.h>
+#include <malloc.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -134,6 +135,7 @@ static int serve(struct fuse_args *args, const struct fuse_cmdline_opts *opts,
         goto out_signals;
     if (fuse_daemonize(opts->foreground) != 0)
         goto out_unmount;
+    tbm_fs_widen_readahead(opts->mountpoint);
     if (opts->singlethread) {
         r = fuse_session_loop(se);
     } else {
@@ -211,6 +213,9 @@ int main(int argc, char *argv[])
         fprintf(stderr, "tbmfs: %s: out of memory\n", model->path);
         goto out;
     }
+    /* The index's parse tree is gone by now; its pages go back to the system
+     * so that a large index does not keep the daemon big for its lifetime. */
+    malloc_trim(0);
     /* The self-test compares a single-threaded sparse kernel with BLAS and
      * runs inside a FUSE worker; more BLAS threads would only fight the other
      * workers for the two cores and skew the comparison. */

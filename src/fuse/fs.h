@@ -18,4 +18,9 @@ struct tbm_fs {
 /* The operations to pass to fuse_session_new with a struct tbm_fs as userdata. */
 extern const struct fuse_lowlevel_ops tbm_fs_ops;
 
+/* Best effort, for root only: raises the readahead of the tbmfs mount on
+ * mountpoint to 1 MiB once the session loop has answered INIT. Call after
+ * fuse_daemonize, just before the loop. */
+void tbm_fs_widen_readahead(const char *mountpoint);
+
 #endif
