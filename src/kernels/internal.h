@@ -1,0 +1,176 @@
+/* Internals shared by the kernel files of src/kernels: the per-level entry
+ * points behind the dispatchers and the reading of N:M masks as element bits. */
+#ifndef TBM_KERNELS_INTERNAL_H
+#define TBM_KERNELS_INTERNAL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "tbm/kernels.h"
+
+/* Per-level bodies of tbm_expand and tbm_mask_count, same contracts. The
+ * scalar ones are the portable reference the others must match bit for bit. */
+void tbm_expand_scalar(enum tbm_precision prec, const void *weights, const uint8_t *mask,
+                       uint32_t m, uint64_t first, size_t count, float *out);
+void tbm_expand_avx2(enum tbm_precision prec, const void *weights, const uint8_t *mask, uint32_t m,
+                     uint64_t first, size_t count, float *out);
+void tbm_expand_avx512(enum tbm_precision prec, const void *weights, const uint8_t *mask,
+                       uint32_t m, uint64_t first, size_t count, float *out);
+
+void tbm_mask_count_scalar(enum tbm_precision prec, const void *weights, const uint8_t *mask,
+                           uint32_t n, uint32_t m, uint64_t count, struct tbm_mask_stats *acc);
+void tbm_mask_count_avx2(enum tbm_precision prec, const void *weights, const uint8_t *mask,
+                         uint32_t n, uint32_t m, uint64_t count, struct tbm_mask_stats *acc);
+void tbm_mask_count_avx512(enum tbm_precision prec, const void *weights, const uint8_t *mask,
+                           uint32_t n, uint32_t m, uint64_t count, struct tbm_mask_stats *acc);
+
+/* tbm_precision_size for the four precisions, visible to the compiler so
+ * that loops specialised on a precision get a constant. */
+static inline size_t tbm_element_size(enum tbm_precision prec)
+{
+    return prec == TBM_FP64 ? 8 : prec == TBM_FP32 ? 4 : 2;
+}
+
+/* The bits of a group's word that name elements: 0 .. m-1. */
+static inline uint32_t tbm_mask_valid_bits(uint32_t m)
+{
+    return (uint32_t)((UINT64_C(1) << m) - 1);
+}
+
+/* A group's mask word; the SIMD paths run on x86 only, which is
+ * little-endian like the format. */
+static inline uint32_t tbm_mask_word(const uint8_t *p, uint32_t word_bytes)
+{
+    uint16_t w16;
+    uint32_t w32;
+
+    switch (word_bytes) {
+    case 1:
+        return p[0];
+    case 2:
+        memcpy(&w16, p, sizeof w16);
+        return w16;
+    }
+    memcpy(&w32, p, sizeof w32);
+    return w32;
+}
+
+static inline uint64_t tbm_load64(const uint8_t *p)
+{
+    uint64_t v;
+
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+
+/* A mask read as one bit per element in element order, a group at a time,
+ * so that any m and any starting position cost the same code. */
+struct tbm_mask_stream {
+    const uint8_t *next; /* word of the next group to read */
+    uint64_t bits;       /* pending element bits, the next element in bit 0 */
+    uint32_t pending;    /* how many bits of bits are pending */
+    uint32_t m;
+    uint32_t word_bytes;
+    uint32_t valid;
+};
+
+/* Starts at position j of the group whose word is at mask. Reads nothing
+ * when j is 0, so that a caller may also walk whole groups from mask itself. */
+static inline void tbm_mask_stream_init(struct tbm_mask_stream *s, const uint8_t *mask, uint32_t m,
+                                        uint32_t j)
+{
+    s->next = mask;
+    s->bits = 0;
+    s->pending = 0;
+    s->m = m;
+    s->word_bytes = tbm_mask_word_bytes(m);
+    s->valid = tbm_mask_valid_bits(m);
+    if (j == 0)
+        return;
+    s->bits = (tbm_mask_word(mask, s->word_bytes) & s->valid) >> j;
+    s->pending = m - j;
+    s->next += s->word_bytes;
+}
+
+/* The bits of the next n elements (1..32). Only words of groups that hold
+ * one of those elements are read, so a range's last word is never overrun;
+ * pending stays below n + m <= 64 bits. */
+static inline uint64_t tbm_mask_stream_take(struct tbm_mask_stream *s, uint32_t n)
+{
+    uint64_t out;
+
+    while (s->pending < n) {
+        s->bits |= (uint64_t)(tbm_mask_word(s->next, s->word_bytes) & s->valid) << s->pending;
+        s->pending += s->m;
+        s->next += s->word_bytes;
+    }
+    out = s->bits & ((UINT64_C(1) << n) - 1);
+    s->bits >>= n;
+    s->pending -= n;
+    return out;
+}
+
+/* Group sizes whose 64-element blocks are whole groups: the common ones,
+ * whose element bits sit at fixed places of the mask bytes, so that vector
+ * loops can take them without walking the groups. */
+static inline bool tbm_mask_blocks(uint32_t m)
+{
+    return m <= 32 && (m & (m - 1)) == 0;
+}
+
+/* Mask bytes of one 64-element block (m as for tbm_mask_blocks). */
+static inline uint32_t tbm_mask_block_bytes(uint32_t m)
+{
+    return 64 / m * tbm_mask_word_bytes(m);
+}
+
+/* Packs the low bit of each of 8 bytes into 8 bits: the multiply moves byte
+ * i's bit to bit 56 + i, and no two partial products share a bit. */
+static inline uint64_t tbm_pack_bits1(uint64_t x)
+{
+    return ((x & 0x0101010101010101) * 0x0102040810204080) >> 56;
+}
+
+/* Packs the low 2 bits of each of 8 bytes into 16 bits. */
+static inline uint64_t tbm_pack_bits2(uint64_t x)
+{
+    x &= 0x0303030303030303;
+    x = (x | x >> 6) & 0x000F000F000F000F;
+    x = (x | x >> 12) & 0x000000FF000000FF;
+    return (x | x >> 24) & 0xFFFF;
+}
+
+/* Packs the low 4 bits of each of 8 bytes into 32 bits. */
+static inline uint64_t tbm_pack_bits4(uint64_t x)
+{
+    x &= 0x0F0F0F0F0F0F0F0F;
+    x = (x | x >> 4) & 0x00FF00FF00FF00FF;
+    x = (x | x >> 8) & 0x0000FFFF0000FFFF;
+    return (x | x >> 16) & 0xFFFFFFFF;
+}
+
+/* Element bits of the 64-element block whose first group's word is at mask.
+ * Shifts and multiplies rather than pext, which is microcoded on AMD before
+ * Zen 3, CPUs that run the AVX2 path. */
+static inline uint64_t tbm_mask_block_bits(uint32_t m, const uint8_t *mask)
+{
+    uint64_t bits = 0;
+
+    switch (m) {
+    case 1:
+        for (unsigned i = 0; i < 8; i++)
+            bits |= tbm_pack_bits1(tbm_load64(mask + 8 * i)) << (8 * i);
+        return bits;
+    case 2:
+        for (unsigned i = 0; i < 4; i++)
+            bits |= tbm_pack_bits2(tbm_load64(mask + 8 * i)) << (16 * i);
+        return bits;
+    case 4:
+        return tbm_pack_bits4(tbm_load64(mask)) | tbm_pack_bits4(tbm_load64(mask + 8)) << 32;
+    }
+    /* m = 8, 16, 32: every bit of the words names an element */
+    return tbm_load64(mask);
+}
+
+#endif
