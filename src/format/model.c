@@ -548,11 +548,18 @@ static int build_table(struct opener *o)
         return fail(o, TBM_ERR_NOMEM, "out of memory");
     if ((r = compute_stats(m)) < 0)
         return fail(o, r, "out of memory computing statistics");
-    for (size_t i = 0; i < m->ntensors; i++)
-        m->nproblem_tensors += m->tensors[i].problems.count > 0;
-    if (o->opts->strict && m->nproblem_tensors > 0)
-        return fail(o, TBM_ERR_PROBLEM, "%zu tensor(s) have problems and -o strict is set",
-                    m->nproblem_tensors);
+    const struct tbm_tensor *first = NULL;
+    for (size_t i = 0; i < m->ntensors; i++) {
+        if (m->tensors[i].problems.count == 0)
+            continue;
+        m->nproblem_tensors++;
+        first = first ? first : &m->tensors[i];
+    }
+    if (o->opts->strict && first)
+        return fail(o, TBM_ERR_PROBLEM,
+                    "refused by -o strict: tensor %s: %s (%zu tensor(s) with "
+                    "problems)",
+                    first->dir, first->problems.items[0], m->nproblem_tensors);
     return 0;
 }
 
