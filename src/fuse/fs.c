@@ -403,14 +403,9 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
     struct snapshot *s = (struct snapshot *)(uintptr_t)fi->fh;
     struct node n;
     size_t got = 0;
+    int r = 0;
 
-    if (s) {
-        size_t start = (uint64_t)off < s->len ? (size_t)off : s->len;
-        size_t len = s->len - start < size ? s->len - start : size;
-        fuse_reply_buf(req, s->data + start, len);
-        return;
-    }
-    if (!decode_ino(fs, ino, &n) || n.dir) {
+    if (!s && (!decode_ino(fs, ino, &n) || n.dir)) {
         fuse_reply_err(req, EIO);
         return;
     }
@@ -419,8 +414,16 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
         fuse_reply_err(req, ENOMEM);
         return;
     }
-    int r = tbm_view_read(fs->views, n.kind, n.tensor < 0 ? 0 : (size_t)n.tensor, buf,
+    /* A snapshot is copied out too: the reader may close the file, and its
+     * release free the snapshot, the moment our reply reaches the kernel. */
+    if (s) {
+        size_t start = (uint64_t)off < s->len ? (size_t)off : s->len;
+        got = s->len - start < size ? s->len - start : size;
+        memcpy(buf, s->data + start, got);
+    } else {
+        r = tbm_view_read(fs->views, n.kind, n.tensor < 0 ? 0 : (size_t)n.tensor, buf,
                           (uint64_t)off, size, &got);
+    }
     if (r < 0)
         fuse_reply_err(req, status_errno(r));
     else
