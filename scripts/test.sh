@@ -1,22 +1,47 @@
 #!/usr/bin/env bash
-# Installs what is missing, builds tbmfs and runs every test (unit tests and
-# real FUSE mounts; mounting needs root or a user allowed to use /dev/fuse).
+# Installs what is missing, builds tbmfs and runs every test: the whole suite
+# (unit tests and real FUSE mounts) in a normal build and again under ASan and
+# UBSan, then a bounded libFuzzer run over the source-opening path. Mounting
+# needs root or a user allowed to use /dev/fuse.
+#
+# Usage: scripts/test.sh [--quick] [meson test arguments...]
+#   --quick   only the normal build's suite
+#   TBMFS_FUZZ_SECONDS (default 60) bounds the fuzz run.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
-scripts/install-deps.sh || exit 1
-if [ ! -d build ]; then
-    meson setup build || exit 1
+quick=0
+if [ "${1:-}" = "--quick" ]; then
+    quick=1
+    shift
 fi
-ninja -C build || exit 1
-meson test -C build --print-errorlogs "$@"
-status=$?
-# One closing line in the plain form CI tools read, counted from meson's log.
-/usr/bin/python3 - build/meson-logs/testlog.json <<'PY'
+
+# Runs meson test in build dir $1 and prints a plain passed/failed line.
+suite() {
+    local dir=$1
+    shift
+    meson test -C "$dir" --print-errorlogs "$@"
+    local status=$?
+    /usr/bin/python3 - "$dir/meson-logs/testlog.json" "$dir" <<'PY'
 import json, sys
 results = [json.loads(line)["result"] for line in open(sys.argv[1]) if line.strip()]
 passed = sum(r == "OK" for r in results)
 skipped = sum(r == "SKIP" for r in results)
-print("tests: %d passed, %d failed, %d skipped" % (passed, len(results) - passed - skipped, skipped))
+print("%s: %d passed, %d failed, %d skipped"
+      % (sys.argv[2], passed, len(results) - passed - skipped, skipped))
 PY
-exit $status
+    return $status
+}
+
+scripts/install-deps.sh || exit 1
+[ -d build ] || meson setup build || exit 1
+ninja -C build || exit 1
+suite build "$@" || exit 1
+[ $quick -eq 1 ] && exit 0
+
+if [ ! -d build-asan ]; then
+    meson setup build-asan -Db_sanitize=address,undefined \
+        -Dc_args=-fno-sanitize-recover=all || exit 1
+fi
+ninja -C build-asan || exit 1
+ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 suite build-asan "$@" || exit 1
