@@ -49,13 +49,20 @@ static bool os_saves(uint64_t want)
     return ((((uint64_t)hi << 32) | lo) & want) == want;
 }
 
+/* F16C is read from CPUID directly: clang's __builtin_cpu_supports does not
+ * know its name. */
+static bool cpu_has_f16c(void)
+{
+    unsigned eax, ebx, ecx, edx;
+    return __get_cpuid(1, &eax, &ebx, &ecx, &edx) && (ecx & bit_F16C);
+}
+
 /* The AVX2 level also covers what the compiler may emit under its flags
  * (-mavx2 implies POPCNT; -mbmi2, -mf16c, -mfma). */
 static bool cpu_has_avx2(void)
 {
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-           __builtin_cpu_supports("f16c") && __builtin_cpu_supports("bmi2") &&
-           __builtin_cpu_supports("popcnt") && os_saves(XCR0_AVX);
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && cpu_has_f16c() &&
+           __builtin_cpu_supports("bmi2") && __builtin_cpu_supports("popcnt") && os_saves(XCR0_AVX);
 }
 
 static bool cpu_has_avx512(void)
