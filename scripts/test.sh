@@ -45,3 +45,5 @@ if [ ! -d build-asan ]; then
 fi
 ninja -C build-asan || exit 1
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 suite build-asan "$@" || exit 1
+
+scripts/fuzz.sh "${TBMFS_FUZZ_SECONDS:-60}" || exit 1

@@ -1,0 +1,13 @@
+/* The fuzz target's entry point, shared by the libFuzzer build and the
+ * replay driver that runs it without libFuzzer. */
+#ifndef TBM_FUZZ_TARGET_H
+#define TBM_FUZZ_TARGET_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* Runs one input through the source-opening path; aborts on a broken
+ * invariant. Always returns 0, as libFuzzer requires. */
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+#endif
