@@ -1,6 +1,7 @@
 /* tbmfs: mounts a Tensorbit model read-only as a tree of tensors, or checks
  * it with --check. Parses the command line and wires model, views and FUSE. */
 #include <cblas.h>
+#include <limits.h>
 #include <malloc.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -144,7 +145,8 @@ static int serve(struct fuse_args *args, const struct fuse_cmdline_opts *opts,
             goto out_unmount;
         fuse_loop_cfg_set_clone_fd(cfg, (unsigned)opts->clone_fd);
         fuse_loop_cfg_set_max_threads(cfg, opts->max_threads);
-        fuse_loop_cfg_set_idle_threads(cfg, opts->max_idle_threads);
+        if (opts->max_idle_threads != UINT_MAX) /* unset: keep libfuse's default */
+            fuse_loop_cfg_set_idle_threads(cfg, opts->max_idle_threads);
         r = fuse_session_loop_mt(se, cfg);
         fuse_loop_cfg_destroy(cfg);
     }

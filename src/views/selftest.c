@@ -224,6 +224,13 @@ static void nm_string(const struct tbm_tensor *t, char *buf, size_t len)
     snprintf(buf, len, "%u:%u", t->hdr.nm_n, t->hdr.nm_m);
 }
 
+/* JSON has no infinity or NaN (json-c would write them as bare words that
+ * strict parsers refuse): such a figure is null. */
+static struct json_object *finite_json(double v)
+{
+    return isfinite(v) ? json_object_new_double(v) : NULL;
+}
+
 static int tensor_generate(const struct tbm_views *v, size_t i, char **out, size_t *len)
 {
     const struct tbm_tensor *t = &v->model->tensors[i];
@@ -247,16 +254,13 @@ static int tensor_generate(const struct tbm_views *v, size_t i, char **out, size
     json_object_object_add(o, "batch", json_object_new_uint64(res.batch));
     json_object_object_add(o, "kernels", json_object_new_string(tbm_isa_name(v->model->isa)));
     json_object_object_add(o, "blas", json_object_new_string(res.batch == 1 ? "sgemv" : "sgemm"));
-    json_object_object_add(o, "max_abs_err", json_object_new_double(res.max_abs_err));
-    json_object_object_add(o, "tolerance", json_object_new_double(res.tolerance));
+    json_object_object_add(o, "max_abs_err", finite_json(res.max_abs_err));
+    json_object_object_add(o, "tolerance", finite_json(res.tolerance));
     json_object_object_add(o, "pass", json_object_new_boolean(res.pass));
     json_object_object_add(o, "skipped", json_object_new_boolean(res.skipped));
-    json_object_object_add(o, "sparse_seconds", json_object_new_double(res.sparse_seconds));
-    json_object_object_add(o, "dense_seconds", json_object_new_double(res.dense_seconds));
-    json_object_object_add(o, "speedup",
-                           res.sparse_seconds > 0
-                               ? json_object_new_double(res.dense_seconds / res.sparse_seconds)
-                               : NULL);
+    json_object_object_add(o, "sparse_seconds", finite_json(res.sparse_seconds));
+    json_object_object_add(o, "dense_seconds", finite_json(res.dense_seconds));
+    json_object_object_add(o, "speedup", finite_json(res.dense_seconds / res.sparse_seconds));
     if (res.error[0])
         json_object_object_add(o, "error", json_object_new_string(res.error));
     r = tbm_json_dump(o, out, len);
