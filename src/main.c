@@ -17,12 +17,14 @@ struct cli {
     char *source;
     int check;
     int strict;
+    unsigned batch;
 };
 
 enum { KEY_CHECK };
 
 static const struct fuse_opt cli_opts[] = {
     {"strict", offsetof(struct cli, strict), 1},
+    {"selftest_batch=%u", offsetof(struct cli, batch), 0},
     FUSE_OPT_KEY("--check", KEY_CHECK),
     FUSE_OPT_END,
 };
@@ -53,6 +55,8 @@ static void usage(const char *prog)
            "    --check                validate SOURCE, print its problems and exit\n"
            "                           (0: none, 1: problems, 2: SOURCE unusable)\n"
            "    -o strict              refuse to mount when any tensor has a problem\n"
+           "    -o selftest_batch=N    columns of the self-test's matrix X (default 8, at\n"
+           "                           most 1024; 1 compares with cblas_sgemv)\n"
            "    TBMFS_KERNELS=scalar|avx2|avx512 in the environment forces a kernel\n\n",
            prog, prog);
 }
@@ -184,6 +188,10 @@ int main(int argc, char *argv[])
         }
         goto out;
     }
+    if (cli.batch > TBM_BATCH_MAX) {
+        fprintf(stderr, "tbmfs: selftest_batch=%u: must be 1 to %d\n", cli.batch, TBM_BATCH_MAX);
+        goto out;
+    }
     if (fuse_parse_cmdline(&args, &opts) != 0)
         goto out;
     if (opts.show_help) {
@@ -211,7 +219,9 @@ int main(int argc, char *argv[])
         fprintf(stderr, "tbmfs: %s\n", err);
         goto out;
     }
-    if (tbm_views_open(model, &views) < 0 || add_mount_options(&args, model->path) != 0) {
+    struct tbm_view_options view_opts = {.selftest_batch = cli.batch};
+    if (tbm_views_open(model, &view_opts, &views) < 0 ||
+        add_mount_options(&args, model->path) != 0) {
         fprintf(stderr, "tbmfs: %s: out of memory\n", model->path);
         goto out;
     }

@@ -31,8 +31,18 @@ enum tbm_view_kind {
 /* A model's views: the model and what is rendered once for it. */
 struct tbm_views;
 
-/* Prepares the views of an opened model (which must outlive them). */
-int tbm_views_open(const struct tbm_model *model, struct tbm_views **out);
+/* How the views behave; zeroed fields take their defaults. */
+struct tbm_view_options {
+    uint32_t selftest_batch; /* columns of the self-test's X, 1..TBM_BATCH_MAX; 0: 8 */
+};
+
+#define TBM_BATCH_DEFAULT 8
+#define TBM_BATCH_MAX     1024
+
+/* Prepares the views of an opened model (which must outlive them); opts may
+ * be NULL for the defaults. */
+int tbm_views_open(const struct tbm_model *model, const struct tbm_view_options *opts,
+                   struct tbm_views **out);
 void tbm_views_close(struct tbm_views *views);
 
 /* The file name of a view kind, e.g. "dense.f32". */

@@ -7,6 +7,7 @@
 
 struct tbm_views {
     const struct tbm_model *model;
+    uint32_t batch;   /* self-test batch */
     char *model_json; /* rendered once: it summarizes every tensor */
     size_t model_json_len;
 };

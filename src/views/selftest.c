@@ -14,7 +14,6 @@
 #include <string.h>
 #include <time.h>
 
-#define BATCH 8
 /* Work caps, in elements of the tested rows: a tensor's own file tests up to
  * a 4096 x 4096 matrix, the root report a sixteenth of that per tensor so that
  * a whole model reports in seconds. */
@@ -181,7 +180,7 @@ static int selftest_tensor(const struct tbm_views *v, const struct tbm_tensor *t
                            struct result *res)
 {
     memset(res, 0, sizeof(*res));
-    res->batch = BATCH;
+    res->batch = v->batch;
     if (t->problems.count > 0) {
         snprintf(res->error, sizeof(res->error), "tensor has problems: %s", t->problems.items[0]);
         return 0;

@@ -1,6 +1,7 @@
 /* The view table: maps each file kind of the tree to its operations. */
 #include "internal.h"
 
+#include <assert.h>
 #include <json-c/json.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,13 +19,17 @@ static const struct tbm_view_ops *const ops[TBM_VIEW_COUNT] = {
     [TBM_VIEW_SELFTEST] = &tbm_selftest_view,
 };
 
-int tbm_views_open(const struct tbm_model *model, struct tbm_views **out)
+int tbm_views_open(const struct tbm_model *model, const struct tbm_view_options *opts,
+                   struct tbm_views **out)
 {
-    struct tbm_views *v = calloc(1, sizeof(*v));
+    uint32_t batch = opts && opts->selftest_batch ? opts->selftest_batch : TBM_BATCH_DEFAULT;
 
+    assert(batch <= TBM_BATCH_MAX);
+    struct tbm_views *v = calloc(1, sizeof(*v));
     if (!v)
         return TBM_ERR_NOMEM;
     v->model = model;
+    v->batch = batch;
     int r = tbm_model_json_render(v, &v->model_json, &v->model_json_len);
     if (r < 0) {
         free(v);

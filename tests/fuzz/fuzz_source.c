@@ -652,7 +652,7 @@ static void exercise_source(const char *path, const struct tbm_open_options *opt
         return;
     }
     check_dirs(m);
-    CHECK(tbm_views_open(m, &v) == 0);
+    CHECK(tbm_views_open(m, NULL, &v) == 0);
     exercise_views(v, m);
     tbm_views_close(v);
     tbm_model_close(m);

@@ -136,6 +136,26 @@ def main(suite):
 
         suite.case("tensor: cp copies a selftest file whole", with_cp, timeout=60)
 
+    sparse = [(t, d) for t, d, o in zip(tensors, dirs, outcomes) if o == "pass"]
+    m = suite.mount(src, args=["-o", "selftest_batch=1"], name="selftest_batch=1: mount")
+    with m:
+        def batch_one():
+            for t, d in sparse:
+                rep = json.loads(read_all(m.p("tensors", d, "selftest")))
+                eq((rep.get("batch"), rep.get("blas"), rep.get("pass")), (1, "sgemv", True),
+                   "%s: batch, blas, pass" % d)
+
+        suite.case("selftest_batch=1: every sparse tensor passes against sgemv", batch_one,
+                   timeout=120)
+
+    def batch_refused():
+        code, out, err = harness.run_tbmfs(["-o", "selftest_batch=1025", src,
+                                            os.path.join(suite.tmp, "never")])
+        eq(code, 1, "exit")
+        check("selftest_batch=1025" in err, "error names the option: %r" % err)
+
+    suite.case("selftest_batch=1025 is refused", batch_refused)
+
     llama = models.cli_llama(suite.tmp)
     expects = models.expects_from_tbm(llama)
     m = suite.mount(llama, name="llama (CLI): mount")
