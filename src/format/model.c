@@ -4,6 +4,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,8 +17,9 @@
 struct opener {
     struct tbm_model *m;
     const struct tbm_open_options *opts;
-    struct json_object *root; /* parsed index or manifest */
-    uint64_t data_end;        /* container: where the index starts */
+    struct json_object *root;    /* parsed index or manifest */
+    struct json_object *entries; /* its "tensors" array */
+    uint64_t data_end;           /* container: where the index starts */
     char *err;
     size_t errlen;
 };
@@ -193,20 +195,74 @@ static int add_tensor(struct opener *o, struct json_object *entry, size_t i)
     return check_shape(t);
 }
 
+/* Below this many tensors one thread does the work sooner than several. */
+#define PARALLEL_MIN 4096
+#define PARALLEL_MAX 8
+
+struct span {
+    struct opener *o;
+    size_t begin, end;
+    int (*fn)(struct opener *o, size_t begin, size_t end);
+    int status;
+};
+
+static void *run_span(void *arg)
+{
+    struct span *s = arg;
+    s->status = s->fn(s->o, s->begin, s->end);
+    return NULL;
+}
+
+/* Runs fn over [0, n) split into one span per CPU. Each tensor is touched by
+ * exactly one span, and the parsed index is only read, so spans share nothing
+ * but the allocator. Returns the first span's failure, if any. */
+static int for_each_span(struct opener *o, size_t n,
+                         int (*fn)(struct opener *o, size_t begin, size_t end))
+{
+    long cpus = n < PARALLEL_MIN ? 1 : sysconf(_SC_NPROCESSORS_ONLN);
+    size_t k = cpus < 1 ? 1 : cpus > PARALLEL_MAX ? PARALLEL_MAX : (size_t)cpus;
+    struct span spans[PARALLEL_MAX];
+    pthread_t threads[PARALLEL_MAX];
+    bool started[PARALLEL_MAX] = {false};
+    int r = 0;
+
+    for (size_t i = 0; i < k; i++)
+        spans[i] = (struct span){o, n * i / k, n * (i + 1) / k, fn, 0};
+    for (size_t i = 1; i < k; i++)
+        started[i] = pthread_create(&threads[i], NULL, run_span, &spans[i]) == 0;
+    run_span(&spans[0]);
+    for (size_t i = 1; i < k; i++) {
+        if (started[i])
+            pthread_join(threads[i], NULL);
+        else
+            run_span(&spans[i]);
+    }
+    for (size_t i = 0; i < k && r == 0; i++)
+        r = spans[i].status;
+    return r;
+}
+
+static int add_tensors(struct opener *o, size_t begin, size_t end)
+{
+    int r = 0;
+
+    for (size_t i = begin; i < end && r == 0; i++)
+        r = add_tensor(o, json_object_array_get_idx(o->entries, i), i);
+    return r;
+}
+
 static int load_entries(struct opener *o, struct json_object *arr)
 {
     size_t n = json_object_array_length(arr);
-    int r;
 
+    /* Zeroed records own nothing, so a failure part way can close them all. */
     o->m->tensors = calloc(n ? n : 1, sizeof(*o->m->tensors));
     if (!o->m->tensors)
         return fail(o, TBM_ERR_NOMEM, "out of memory for %zu tensors", n);
-    for (size_t i = 0; i < n; i++) {
-        o->m->ntensors = i + 1;
-        if ((r = add_tensor(o, json_object_array_get_idx(arr, i), i)) < 0)
-            return fail(o, r, "out of memory loading tensor %zu", i);
-    }
-    return 0;
+    o->m->ntensors = n;
+    o->entries = arr;
+    int r = for_each_span(o, n, add_tensors);
+    return r < 0 ? fail(o, r, "out of memory loading %zu tensors", n) : 0;
 }
 
 static struct json_object *u64_json(uint64_t v)
@@ -477,12 +533,13 @@ static int warn_stats(struct tbm_tensor *t)
     return r;
 }
 
-static int compute_stats(struct tbm_model *m)
+static int count_tensors(struct opener *o, size_t begin, size_t end)
 {
+    struct tbm_model *m = o->m;
     struct tbm_count_buf buf = {0};
     int r = 0;
 
-    for (size_t i = 0; i < m->ntensors && r == 0; i++) {
+    for (size_t i = begin; i < end && r == 0; i++) {
         struct tbm_tensor *t = &m->tensors[i];
         if (!t->header_sound || !t->weights.ok)
             continue;
@@ -546,7 +603,7 @@ static int build_table(struct opener *o)
     }
     if (assign_dirs(m) < 0 || (m->kind == TBM_SOURCE_CONTAINER && check_overlaps(m) < 0))
         return fail(o, TBM_ERR_NOMEM, "out of memory");
-    if ((r = compute_stats(m)) < 0)
+    if ((r = for_each_span(o, m->ntensors, count_tensors)) < 0)
         return fail(o, r, "out of memory computing statistics");
     const struct tbm_tensor *first = NULL;
     for (size_t i = 0; i < m->ntensors; i++) {
