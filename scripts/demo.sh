@@ -27,8 +27,8 @@ Mounted $demo/llama.tbm on $mnt. Try:
   cat $t/selftest
   cat $mnt/selftest
   /usr/bin/python3 -c "import numpy as np; a = np.load('$t/dense.npy', mmap_mode='r'); print(a.shape, a[:2, :8])"
-  cp -r $t /tmp/q_proj && ls -l /tmp/q_proj
-  build/src/tbmfs --check $demo/llama.tbm
+  rm -rf /tmp/q_proj && cp -r $t /tmp/q_proj && ls -l /tmp/q_proj
+  $PWD/build/src/tbmfs --check $demo/llama.tbm
 
 Unmount with:  fusermount3 -u $mnt
 MSG

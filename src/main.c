@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "fuse/fs.h"
@@ -98,8 +99,8 @@ static int run_check(const char *source, enum tbm_isa isa)
         print_list(source, &m->tensors[i], "warning", &m->tensors[i].warnings);
         warnings += m->tensors[i].warnings.count;
     }
-    printf("%s: %zu tensors, %zu with problems, %zu warnings\n", source, m->ntensors,
-           m->nproblem_tensors, warnings);
+    printf("%s: %zu tensor%s, %zu with problems, %zu warning%s\n", source, m->ntensors,
+           m->ntensors == 1 ? "" : "s", m->nproblem_tensors, warnings, warnings == 1 ? "" : "s");
     int status = m->nproblem_tensors ? 1 : 0;
     tbm_model_close(m);
     return status;
@@ -170,7 +171,7 @@ int main(int argc, char *argv[])
 {
     struct fuse_args args = FUSE_ARGS_INIT(argc, argv);
     struct fuse_cmdline_opts opts = {0};
-    struct cli cli = {0};
+    struct cli cli = {.batch = TBM_BATCH_DEFAULT};
     struct tbm_model *model = NULL;
     struct tbm_views *views = NULL;
     enum tbm_isa isa;
@@ -188,7 +189,7 @@ int main(int argc, char *argv[])
         }
         goto out;
     }
-    if (cli.batch > TBM_BATCH_MAX) {
+    if (cli.batch < 1 || cli.batch > TBM_BATCH_MAX) {
         fprintf(stderr, "tbmfs: selftest_batch=%u: must be 1 to %d\n", cli.batch, TBM_BATCH_MAX);
         goto out;
     }
@@ -203,6 +204,7 @@ int main(int argc, char *argv[])
     }
     if (opts.show_version) {
         printf("tbmfs version %s\nFUSE library version %s\n", TBMFS_VERSION, fuse_pkgversion());
+        fflush(stdout); /* fuse_lowlevel_version writes through another stream */
         fuse_lowlevel_version();
         status = 0;
         goto out;
@@ -212,6 +214,11 @@ int main(int argc, char *argv[])
                 cli.source ? "MOUNTPOINT" : "SOURCE and MOUNTPOINT", argv[0]);
         goto out;
     }
+    struct stat st;
+    if (stat(opts.mountpoint, &st) != 0 || !S_ISDIR(st.st_mode)) {
+        fprintf(stderr, "tbmfs: %s: mount point is not a directory\n", opts.mountpoint);
+        goto out;
+    }
     if (select_isa(&isa) < 0)
         goto out;
     struct tbm_open_options open_opts = {.isa = isa, .strict = cli.strict};
@@ -219,6 +226,11 @@ int main(int argc, char *argv[])
         fprintf(stderr, "tbmfs: %s\n", err);
         goto out;
     }
+    if (model->nproblem_tensors > 0)
+        fprintf(stderr,
+                "tbmfs: %s: %zu tensor%s with problems: their unsafe views fail with EIO (see "
+                "tbmfs --check)\n",
+                model->path, model->nproblem_tensors, model->nproblem_tensors == 1 ? "" : "s");
     struct tbm_view_options view_opts = {.selftest_batch = cli.batch};
     if (tbm_views_open(model, &view_opts, &views) < 0 ||
         add_mount_options(&args, model->path) != 0) {

@@ -35,13 +35,13 @@ struct result {
     char error[256];
 };
 
-/* The matrix view of the contract: shape[0] rows when the shape describes
- * num_weights, else one row. */
+/* The matrix view of the contract: shape[0] rows when the shape has two or
+ * more dimensions and describes num_weights, else one row. */
 static void matrix_dims(const struct tbm_tensor *t, uint64_t *rows, uint64_t *cols)
 {
     uint64_t nw = t->hdr.num_weights;
 
-    *rows = t->shape_matches && t->ndim > 0 && t->shape[0] > 0 ? t->shape[0] : 1;
+    *rows = t->shape_matches && t->ndim > 1 && t->shape[0] > 0 ? t->shape[0] : 1;
     *cols = nw / *rows;
 }
 

@@ -47,7 +47,8 @@ def selftest_tensors():
 def geometry(t):
     nw = t.header["num_weights"]
     shape = t.index["shape"]
-    if math.prod(shape) != nw:
+    # a 1-D shape is one row, as is a shape that does not describe num_weights
+    if len(shape) < 2 or math.prod(shape) != nw:
         return 1, nw
     return shape[0], nw // shape[0]
 
