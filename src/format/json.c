@@ -7,15 +7,46 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* Longest message kept; a longer one (a huge name or path quoted in it) is cut. */
+#define MESSAGE_MAX 1024
+
+/* Messages quote names and paths from the file, and every output that shows
+ * them is one line per message: control bytes are written %XX, as in
+ * directory names, so that no file can forge a line of a report. */
+static char *clean_message(const char *raw)
+{
+    size_t len = strlen(raw);
+    char *out = malloc((len < MESSAGE_MAX ? len : MESSAGE_MAX) * 3 + 4);
+    size_t o = 0;
+
+    if (!out)
+        return NULL;
+    for (size_t i = 0; i < len && i < MESSAGE_MAX; i++) {
+        unsigned char c = (unsigned char)raw[i];
+        if (c < 0x20 || c == 0x7f)
+            o += (size_t)sprintf(out + o, "%%%02X", c);
+        else
+            out[o++] = (char)c;
+    }
+    if (len > MESSAGE_MAX)
+        o += (size_t)sprintf(out + o, "...");
+    out[o] = '\0';
+    return out;
+}
+
 int tbm_strlist_addf(struct tbm_strlist *list, const char *fmt, ...)
 {
     va_list ap;
-    char *msg;
+    char *raw;
 
     va_start(ap, fmt);
-    int n = vasprintf(&msg, fmt, ap);
+    int n = vasprintf(&raw, fmt, ap);
     va_end(ap);
     if (n < 0)
+        return TBM_ERR_NOMEM;
+    char *msg = clean_message(raw);
+    free(raw);
+    if (!msg)
         return TBM_ERR_NOMEM;
     char **items = realloc(list->items, (list->count + 1) * sizeof(*items));
     if (!items) {

@@ -448,13 +448,14 @@ static void test_manifest_files(void **state)
                            "{\"name\":\"out\",\"file\":\"out_link.tb\"},"
                            "{\"name\":\"fifo\",\"file\":\"fifo.tb\"},"
                            "{\"name\":\"dir\",\"file\":\"sub\"},"
-                           "{\"name\":\"nofile\"}]}";
+                           "{\"name\":\"nofile\"},"
+        "{\"name\":\"forged\",\"file\":\"x\\npass fake\"}]}";
     snprintf(path, sizeof(path), "%s/manifest.json", mdir);
     write_file(path, manifest, strlen(manifest));
 
     struct tbm_model *m = open_ok(mdir, false);
     assert_int_equal(m->kind, TBM_SOURCE_MANIFEST);
-    assert_int_equal(m->ntensors, 8);
+    assert_int_equal(m->ntensors, 9);
     assert_int_equal(m->tensors[0].problems.count, 0);
     assert_int_equal(m->tensors[1].problems.count, 0);
     assert_true(m->tensors[1].raw.ok);
@@ -464,7 +465,10 @@ static void test_manifest_files(void **state)
     assert_true(has_message(&m->tensors[5].problems, "not a regular file"));
     assert_true(has_message(&m->tensors[6].problems, "not a regular file"));
     assert_true(has_message(&m->tensors[7].problems, "no string \"file\""));
-    assert_int_equal(m->nproblem_tensors, 6);
+    /* a newline quoted from the file cannot start a line of its own */
+    assert_true(has_message(&m->tensors[8].problems, "\"x%0Apass fake\" refused"));
+    assert_null(strchr(m->tensors[8].problems.items[0], '\n'));
+    assert_int_equal(m->nproblem_tensors, 7);
     assert_int_equal(m->index_json_len, strlen(manifest));
     tbm_model_close(m);
 }
