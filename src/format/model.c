@@ -473,46 +473,63 @@ long tbm_model_find_dir(const struct tbm_model *m, const char *dir, size_t len)
     return -1;
 }
 
-static int by_offset(const void *a, const void *b)
+/* The bytes a blob's servable parts occupy: its header and each region that
+ * validation placed inside the data. */
+struct extent {
+    struct tbm_tensor *t;
+    uint64_t start, end;
+};
+
+static uint64_t region_end(const struct tbm_region *r, uint64_t end)
 {
-    const struct tbm_tensor *x = *(struct tbm_tensor *const *)a;
-    const struct tbm_tensor *y = *(struct tbm_tensor *const *)b;
-    return x->raw.off < y->raw.off ? -1 : x->raw.off > y->raw.off;
+    return r->ok && r->len && r->off + r->len > end ? r->off + r->len : end;
 }
 
-static int mark_overlap(struct tbm_tensor *t, const struct tbm_tensor *other)
+static int by_start(const void *a, const void *b)
 {
+    const struct extent *x = a, *y = b;
+    return x->start < y->start ? -1 : x->start > y->start;
+}
+
+static int mark_overlap(const struct extent *e, const struct extent *other)
+{
+    struct tbm_tensor *t = e->t;
+
     t->raw.ok = t->weights.ok = t->mask.ok = false;
     return tbm_strlist_addf(&t->problems, "blob [%llu, %llu) overlaps tensor \"%s\"'s blob",
-                            (unsigned long long)t->raw.off,
-                            (unsigned long long)(t->raw.off + t->raw.len), other->dir);
+                            (unsigned long long)e->start, (unsigned long long)e->end,
+                            other->t->dir);
 }
 
 /* In a container every blob must have bytes of its own: a sweep in offset
- * order finds each blob that starts before an earlier one has ended. Blobs
- * whose regions already fell outside the data are broken anyway; their
- * declared extent says nothing about their neighbours. */
+ * order finds each blob that starts before an earlier one has ended. Only
+ * what would be served counts: a region already refused says nothing about
+ * its neighbours. */
 static int check_overlaps(struct tbm_model *m)
 {
-    struct tbm_tensor **v = malloc((m->ntensors ? m->ntensors : 1) * sizeof(*v));
+    struct extent *v = malloc((m->ntensors ? m->ntensors : 1) * sizeof(*v));
     size_t n = 0;
     int r = 0;
 
     if (!v)
         return TBM_ERR_NOMEM;
-    for (size_t i = 0; i < m->ntensors; i++)
-        if (m->tensors[i].raw.ok)
-            v[n++] = &m->tensors[i];
-    qsort(v, n, sizeof(*v), by_offset);
-    struct tbm_tensor *reach = NULL; /* the earlier blob ending furthest */
+    for (size_t i = 0; i < m->ntensors; i++) {
+        struct tbm_tensor *t = &m->tensors[i];
+        if (!t->header_sound)
+            continue;
+        uint64_t end = region_end(&t->mask, region_end(&t->weights, t->offset + TBM_HEADER_SIZE));
+        v[n++] = (struct extent){t, t->offset, end};
+    }
+    qsort(v, n, sizeof(*v), by_start);
+    const struct extent *reach = NULL; /* the earlier blob ending furthest */
     for (size_t i = 0; i < n && r == 0; i++) {
-        if (reach && v[i]->raw.off < reach->raw.off + reach->raw.len) {
-            r = mark_overlap(v[i], reach);
+        if (reach && v[i].start < reach->end) {
+            r = mark_overlap(&v[i], reach);
             if (r == 0)
-                r = mark_overlap(reach, v[i]);
+                r = mark_overlap(reach, &v[i]);
         }
-        if (!reach || v[i]->raw.off + v[i]->raw.len > reach->raw.off + reach->raw.len)
-            reach = v[i];
+        if (!reach || v[i].end > reach->end)
+            reach = &v[i];
     }
     free(v);
     return r;
