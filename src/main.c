@@ -1,12 +1,14 @@
 /* tbmfs: mounts a Tensorbit model read-only as a tree of tensors, or checks
  * it with --check. Parses the command line and wires model, views and FUSE. */
 #include <cblas.h>
+#include <errno.h>
 #include <limits.h>
 #include <malloc.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -60,6 +62,18 @@ static void usage(const char *prog)
            "                           most 1024; 1 compares with cblas_sgemv)\n"
            "    TBMFS_KERNELS=scalar|avx2|avx512 in the environment forces a kernel\n\n",
            prog, prog);
+}
+
+/* A manifest keeps one open file per tensor for the whole mount, so the
+ * soft limit on descriptors is raised as far as the hard one allows. */
+static void raise_fd_limit(void)
+{
+    struct rlimit rl;
+
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+        rl.rlim_cur = rl.rlim_max;
+        setrlimit(RLIMIT_NOFILE, &rl);
+    }
 }
 
 static int select_isa(enum tbm_isa *isa)
@@ -180,6 +194,7 @@ int main(int argc, char *argv[])
 
     if (fuse_opt_parse(&args, &cli, cli_opts, cli_proc) != 0)
         goto out;
+    raise_fd_limit();
     if (cli.check) {
         if (!cli.source) {
             fprintf(stderr, "tbmfs: --check needs a SOURCE\n");
@@ -215,7 +230,11 @@ int main(int argc, char *argv[])
         goto out;
     }
     struct stat st;
-    if (stat(opts.mountpoint, &st) != 0 || !S_ISDIR(st.st_mode)) {
+    if (stat(opts.mountpoint, &st) != 0) {
+        fprintf(stderr, "tbmfs: %s: %s\n", opts.mountpoint, strerror(errno));
+        goto out;
+    }
+    if (!S_ISDIR(st.st_mode)) {
         fprintf(stderr, "tbmfs: %s: mount point is not a directory\n", opts.mountpoint);
         goto out;
     }

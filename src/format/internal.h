@@ -9,6 +9,10 @@
 /* Largest index or manifest we parse, and its nesting depth. */
 #define TBM_INDEX_MAX  (256u << 20)
 #define TBM_JSON_DEPTH 64
+/* json-c spends about a kilobyte on each object or array it builds, so their
+ * number is capped before parsing: 2 Mi containers, about 2 GiB at worst. A
+ * 100,000-tensor index holds 200,000. */
+#define TBM_JSON_CONTAINERS_MAX (2u << 20)
 
 /* Appends a printf-formatted message to list. Returns 0 or TBM_ERR_NOMEM. */
 int tbm_strlist_addf(struct tbm_strlist *list, const char *fmt, ...)

@@ -75,10 +75,25 @@ static bool only_whitespace(const char *p, size_t len)
     return true;
 }
 
+/* Counts '{' and '[' bytes, inside strings too: an upper bound on the
+ * objects and arrays the text can make. */
+static size_t containers_at_most(const char *buf, size_t len)
+{
+    size_t n = 0;
+
+    for (size_t i = 0; i < len; i++)
+        n += buf[i] == '{' || buf[i] == '[';
+    return n;
+}
+
 struct json_object *tbm_json_parse_strict(const char *buf, size_t len, const char **why)
 {
     if (len > TBM_INDEX_MAX) {
         *why = "JSON is larger than the 256 MiB limit";
+        return NULL;
+    }
+    if (containers_at_most(buf, len) > TBM_JSON_CONTAINERS_MAX) {
+        *why = "JSON has more than 2097152 objects and arrays";
         return NULL;
     }
     struct json_tokener *tok = json_tokener_new_ex(TBM_JSON_DEPTH);

@@ -15,6 +15,7 @@
 #include "tbm/names.h"
 
 struct opener {
+    const char *given; /* SOURCE as the user wrote it */
     struct tbm_model *m;
     const struct tbm_open_options *opts;
     struct json_object *root;    /* parsed index or manifest */
@@ -323,8 +324,8 @@ out:
 static int load_blob(struct opener *o, const struct stat *st)
 {
     struct tbm_tensor *t;
-    const char *base = strrchr(o->m->path, '/');
-    base = base ? base + 1 : o->m->path;
+    const char *base = strrchr(o->given, '/');
+    base = base ? base + 1 : o->given;
 
     o->m->tensors = calloc(1, sizeof(*o->m->tensors));
     if (!o->m->tensors)
@@ -590,14 +591,19 @@ static int open_source(struct opener *o)
             return fail(o, TBM_ERR_SOURCE, "%s", strerror(errno));
         return open_manifest(o);
     }
-    if (!S_ISREG(st.st_mode))
-        return fail(o, TBM_ERR_SOURCE, "not a regular file or a directory");
-    m->fd = open(m->path, O_RDONLY | O_CLOEXEC);
+    /* The type is checked again on what was opened, without blocking: the
+     * path may have become a FIFO since the stat. */
+    m->fd = open(m->path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
     if (m->fd < 0)
         return fail(o, TBM_ERR_SOURCE, "%s", strerror(errno));
     if (fstat(m->fd, &st) < 0)
         return fail(o, TBM_ERR_SOURCE, "%s", strerror(errno));
-    if (ends_with(m->path, ".tb")) {
+    if (!S_ISREG(st.st_mode))
+        return fail(o, TBM_ERR_SOURCE, "not a regular file or a directory");
+    m->mtime = st.st_mtim;
+    /* The kind and a bare blob's name come from SOURCE as given: a link
+     * named x.tb is a bare blob named x, whatever its target is called. */
+    if (ends_with(o->given, ".tb")) {
         m->kind = TBM_SOURCE_BLOB;
         return load_blob(o, &st);
     }
@@ -641,7 +647,7 @@ int tbm_model_open(const char *path, const struct tbm_open_options *opts, struct
                    char *err, size_t errlen)
 {
     struct tbm_model *m = calloc(1, sizeof(*m));
-    struct opener o = {.m = m, .opts = opts, .err = err, .errlen = errlen};
+    struct opener o = {.given = path, .m = m, .opts = opts, .err = err, .errlen = errlen};
     int r;
 
     *out = NULL;
