@@ -195,6 +195,11 @@ int main(int argc, char *argv[])
     if (fuse_opt_parse(&args, &cli, cli_opts, cli_proc) != 0)
         goto out;
     raise_fd_limit();
+    /* Snapshots of large files are allocated at open and freed at release,
+     * often by another worker thread: a fixed threshold keeps them mapped
+     * apart, so freeing one gives its memory back instead of leaving it in
+     * some thread's arena. */
+    mallopt(M_MMAP_THRESHOLD, 256 * 1024);
     if (cli.check) {
         if (!cli.source) {
             fprintf(stderr, "tbmfs: --check needs a SOURCE\n");

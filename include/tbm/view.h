@@ -48,9 +48,13 @@ void tbm_views_close(struct tbm_views *views);
 /* The file name of a view kind, e.g. "dense.f32". */
 const char *tbm_view_name(enum tbm_view_kind kind);
 
-/* True for views whose content is produced when they are opened: their size
- * is reported as 0, and a reader should take the content once with
- * tbm_view_generate (tbm_view_read regenerates it on every call). */
+/* True for views best read through one snapshot per open: a reader should
+ * take the content once with tbm_view_generate (tbm_view_read renders it
+ * again on every call). */
+bool tbm_view_snapshot(enum tbm_view_kind kind);
+
+/* True for snapshot views whose content is only produced when they are
+ * opened: their size is reported as 0. */
 bool tbm_view_generated(enum tbm_view_kind kind);
 
 /* Whether view kind of tensor t can be served: false for the views of a
@@ -67,7 +71,7 @@ int tbm_view_size(const struct tbm_views *views, enum tbm_view_kind kind, size_t
 int tbm_view_read(const struct tbm_views *views, enum tbm_view_kind kind, size_t t, char *buf,
                   uint64_t off, size_t len, size_t *got);
 
-/* Produces the whole content of a generated view into a malloc'd buffer. */
+/* Produces the whole content of a snapshot view into a malloc'd buffer. */
 int tbm_view_generate(const struct tbm_views *views, enum tbm_view_kind kind, size_t t, char **out,
                       size_t *len);
 

@@ -303,8 +303,8 @@ static void op_readdirplus(fuse_req_t req, fuse_ino_t ino, size_t size, off_t of
     reply_dir(req, ino, size, off, true);
 }
 
-/* A generated view's content, taken once at open so that every read of that
- * open file sees the same report. */
+/* A snapshot view's content, taken once at open so that every read of that
+ * open file sees the same bytes and nothing is rendered per read. */
 struct snapshot {
     char *data;
     size_t len;
@@ -332,7 +332,7 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
         fuse_reply_err(req, EIO);
         return;
     }
-    if (!tbm_view_generated(n.kind)) {
+    if (!tbm_view_snapshot(n.kind)) {
         fi->keep_cache = 1;
         fuse_reply_open(req, fi);
         return;
@@ -346,8 +346,9 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
         fuse_reply_err(req, status_errno(r));
         return;
     }
-    /* Its stat size is 0, so the page cache must not clip reads to it. */
-    fi->direct_io = 1;
+    /* A generated view's stat size is 0: the page cache must not clip reads */
+    fi->direct_io = tbm_view_generated(n.kind);
+    fi->keep_cache = !fi->direct_io;
     fi->fh = (uint64_t)(uintptr_t)s;
     fuse_reply_open(req, fi);
 }

@@ -209,7 +209,15 @@ static int npy_view_read(const struct tbm_views *v, size_t t, char *buf, uint64_
     return 0;
 }
 
-const struct tbm_view_ops tbm_dense_f32_view = {"dense.f32", f32_view_size, f32_view_read, NULL,
-                                                dense_servable};
-const struct tbm_view_ops tbm_dense_npy_view = {"dense.npy", npy_view_size, npy_view_read, NULL,
-                                                dense_servable};
+const struct tbm_view_ops tbm_dense_f32_view = {
+    .name = "dense.f32",
+    .size = f32_view_size,
+    .read = f32_view_read,
+    .servable = dense_servable,
+};
+const struct tbm_view_ops tbm_dense_npy_view = {
+    .name = "dense.npy",
+    .size = npy_view_size,
+    .read = npy_view_read,
+    .servable = dense_servable,
+};

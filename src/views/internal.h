@@ -20,6 +20,7 @@ struct tbm_view_ops {
     int (*generate)(const struct tbm_views *v, size_t t, char **out, size_t *len);
     /* NULL when every tensor's view can be served */
     bool (*servable)(const struct tbm_views *v, size_t t);
+    bool unsized; /* produced at open; stat reports size 0 */
 };
 
 extern const struct tbm_view_ops tbm_index_json_view, tbm_model_json_view, tbm_selftest_report_view,

@@ -223,7 +223,19 @@ static int index_read(const struct tbm_views *v, size_t t, char *buf, uint64_t o
     return 0;
 }
 
-const struct tbm_view_ops tbm_index_json_view = {"index.json", index_size, index_read, NULL, NULL};
-const struct tbm_view_ops tbm_model_json_view = {"model.json", model_size, model_read, NULL, NULL};
-const struct tbm_view_ops tbm_header_json_view = {"header.json", header_size, header_read, NULL,
-                                                  NULL};
+const struct tbm_view_ops tbm_index_json_view = {
+    .name = "index.json",
+    .size = index_size,
+    .read = index_read,
+};
+const struct tbm_view_ops tbm_model_json_view = {
+    .name = "model.json",
+    .size = model_size,
+    .read = model_read,
+};
+const struct tbm_view_ops tbm_header_json_view = {
+    .name = "header.json",
+    .size = header_size,
+    .read = header_read,
+    .generate = header_render,
+};

@@ -85,7 +85,21 @@ static bool mask_servable(const struct tbm_views *v, size_t t)
     return region_servable(v, t, 2);
 }
 
-const struct tbm_view_ops tbm_raw_view = {"raw.tb", raw_size, raw_read, NULL, raw_servable};
-const struct tbm_view_ops tbm_weights_view = {"weights.bin", weights_size, weights_read, NULL,
-                                              weights_servable};
-const struct tbm_view_ops tbm_mask_view = {"mask.bin", mask_size, mask_read, NULL, mask_servable};
+const struct tbm_view_ops tbm_raw_view = {
+    .name = "raw.tb",
+    .size = raw_size,
+    .read = raw_read,
+    .servable = raw_servable,
+};
+const struct tbm_view_ops tbm_weights_view = {
+    .name = "weights.bin",
+    .size = weights_size,
+    .read = weights_read,
+    .servable = weights_servable,
+};
+const struct tbm_view_ops tbm_mask_view = {
+    .name = "mask.bin",
+    .size = mask_size,
+    .read = mask_read,
+    .servable = mask_servable,
+};

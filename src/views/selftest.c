@@ -371,7 +371,15 @@ static int generated_size(const struct tbm_views *v, size_t t, uint64_t *size)
     return 0;
 }
 
-const struct tbm_view_ops tbm_selftest_view = {"selftest", generated_size, NULL, tensor_generate,
-                                               NULL};
-const struct tbm_view_ops tbm_selftest_report_view = {"selftest", generated_size, NULL,
-                                                      report_generate, NULL};
+const struct tbm_view_ops tbm_selftest_view = {
+    .name = "selftest",
+    .size = generated_size,
+    .generate = tensor_generate,
+    .unsized = true,
+};
+const struct tbm_view_ops tbm_selftest_report_view = {
+    .name = "selftest",
+    .size = generated_size,
+    .generate = report_generate,
+    .unsized = true,
+};

@@ -52,9 +52,14 @@ const char *tbm_view_name(enum tbm_view_kind kind)
     return ops[kind]->name;
 }
 
-bool tbm_view_generated(enum tbm_view_kind kind)
+bool tbm_view_snapshot(enum tbm_view_kind kind)
 {
     return ops[kind]->generate != NULL;
+}
+
+bool tbm_view_generated(enum tbm_view_kind kind)
+{
+    return ops[kind]->unsized;
 }
 
 bool tbm_view_servable(const struct tbm_views *v, enum tbm_view_kind kind, size_t t)
