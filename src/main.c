@@ -266,7 +266,7 @@ int main(int argc, char *argv[])
     malloc_trim(0);
     /* The self-test compares a single-threaded sparse kernel with BLAS and
      * runs inside a FUSE worker; more BLAS threads would only fight the other
-     * workers for the two cores and skew the comparison. */
+     * workers for the CPUs and skew the comparison. */
     openblas_set_num_threads(1);
     struct tbm_fs fs = {.model = model, .views = views, .uid = getuid(), .gid = getgid()};
     status = serve(&args, &opts, &fs);

@@ -62,7 +62,7 @@ struct tbm_tensor {
     char *name; /* true name from the index; may hold NUL bytes */
     size_t name_len;
     char *dir; /* directory name under tensors/, unique in the model */
-    int fd;    /* borrowed from the model */
+    int fd;    /* the model's, or in manifest mode the tensor's own (owns_fd) */
     uint64_t offset;
     bool header_read; /* hdr holds the 4096-byte header read from the file */
     struct tbm_blob_header hdr;

@@ -49,7 +49,7 @@ int tbm_blob_validate(struct tbm_tensor *t, uint64_t data_end);
 int tbm_entry_check_header(struct json_object *entry, struct tbm_tensor *t);
 
 /* Scratch for statistics, allocated once per open: TBM_COUNT_CHUNK elements
- * of the widest precision and their mask words (one byte each at most). */
+ * of the widest precision and their mask words (at most one byte per element, for m = 1). */
 #define TBM_COUNT_CHUNK (256u * 1024u)
 struct tbm_count_buf {
     void *weights;

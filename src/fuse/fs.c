@@ -23,6 +23,7 @@ enum {
 /* Inodes per tensor: its directory and one per file view. */
 #define TENSOR_SLOTS 8
 #define TENSOR_FILES (TBM_VIEW_COUNT - TBM_VIEW_FIRST_TENSOR)
+_Static_assert(TENSOR_FILES < TENSOR_SLOTS, "a tensor's files must fit in its inode slots");
 
 /* The tree never changes while mounted, so the kernel may cache it all. */
 #define CACHE_SECONDS 86400.0
