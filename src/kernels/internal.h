@@ -9,6 +9,10 @@
 
 #include "tbm/kernels.h"
 
+/* The SIMD files' helpers: always inlined, so that a constant argument (a
+ * precision, an m, a value kind) gives each copy of a loop its own code. */
+#define TBM_INLINE static inline __attribute__((always_inline))
+
 /* Per-level bodies of tbm_expand and tbm_mask_count, same contracts. The
  * scalar ones are the portable reference the others must match bit for bit. */
 void tbm_expand_scalar(enum tbm_precision prec, const void *weights, const uint8_t *mask,

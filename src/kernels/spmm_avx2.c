@@ -5,16 +5,25 @@
 #include <stddef.h>
 #include <string.h>
 
+#include "internal.h"
 #include "spmm_internal.h"
-
-#define INLINE static inline __attribute__((always_inline))
 
 /* Blocks that batch 1 runs side by side: a lane's sum is one dependent FMA
  * chain, so one block alone would wait on FMA latency every step. */
 #define GANG 2
 
+/* Batch 1 holds a window of x in two registers, entries 0-7 and 8-15, and a
+ * block's sums in two, lanes 0-7 and 8-15. */
+struct window {
+    __m256 lo, hi;
+};
+
+struct accum {
+    __m256 h[2];
+};
+
 /* The 8 values of lanes 8h .. 8h+7 of a step as float32. */
-INLINE __m256 half_values(enum tbm_nm_kind kind, const void *values, uint64_t step, unsigned h)
+TBM_INLINE __m256 half_values(enum tbm_nm_kind kind, const void *values, uint64_t step, unsigned h)
 {
     uint64_t first = step * TBM_NM_LANES + 8 * h;
     const __m128i *v16 = (const __m128i *)((const uint16_t *)values + first);
@@ -31,35 +40,40 @@ INLINE __m256 half_values(enum tbm_nm_kind kind, const void *values, uint64_t st
     return _mm256_loadu_ps((const float *)values + first);
 }
 
-INLINE __m256 canonical_nans(__m256 v)
+TBM_INLINE __m256 canonical_nans(__m256 v)
 {
     return _mm256_blendv_ps(v, _mm256_castsi256_ps(_mm256_set1_epi32((int)TBM_NM_NAN)),
                             _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
 }
 
 /* Bytes 8h .. 8h+7 of v, widened to 8 dwords: zero- or sign-extended. */
-INLINE __m256i half_u8(__m128i v, unsigned h)
+TBM_INLINE __m256i half_u8(__m128i v, unsigned h)
 {
     return _mm256_cvtepu8_epi32(h != 0 ? _mm_unpackhi_epi64(v, v) : v);
 }
 
-INLINE __m256i half_i8(__m128i v, unsigned h)
+TBM_INLINE __m256i half_i8(__m128i v, unsigned h)
 {
     return _mm256_cvtepi8_epi32(h != 0 ? _mm_unpackhi_epi64(v, v) : v);
 }
 
 /* Entry idx (0..15) of the window held in lo and hi, per lane: bit 3 of
  * idx, shifted into the sign bit, chooses the half. */
-INLINE __m256 pick(__m256 lo, __m256 hi, __m256i idx)
+TBM_INLINE __m256 pick(__m256 lo, __m256 hi, __m256i idx)
 {
     return _mm256_blendv_ps(_mm256_permutevar8x32_ps(lo, idx), _mm256_permutevar8x32_ps(hi, idx),
                             _mm256_castsi256_ps(_mm256_slli_epi32(idx, 28)));
 }
 
-/* One step of batch 1: lane l adds its value times x[window + offset];
- * acc[h] holds lanes 8h .. 8h+7. */
-INLINE void step_batch1(enum tbm_nm_kind kind, const struct tbm_nm_matrix *w, uint64_t step,
-                        __m256 lo, __m256 hi, __m256 *acc)
+TBM_INLINE void accum_zero(struct accum *acc)
+{
+    acc->h[0] = _mm256_setzero_ps();
+    acc->h[1] = _mm256_setzero_ps();
+}
+
+/* Lane l adds its value times x[window + offset]. */
+TBM_INLINE void accum_step(enum tbm_nm_kind kind, const struct tbm_nm_matrix *w, uint64_t step,
+                           const struct window *xw, struct accum *acc)
 {
     __m128i off = _mm_loadu_si128((const __m128i *)(w->offsets + step * TBM_NM_LANES));
     __m128i none = _mm_cmpeq_epi8(off, _mm_set1_epi8((char)TBM_NM_NONE));
@@ -67,15 +81,15 @@ INLINE void step_batch1(enum tbm_nm_kind kind, const struct tbm_nm_matrix *w, ui
 
     for (unsigned h = 0; h < 2; h++) {
         __m256 sum = _mm256_fmadd_ps(half_values(kind, w->values, step, h),
-                                     pick(lo, hi, half_u8(off, h)), acc[h]);
+                                     pick(xw->lo, xw->hi, half_u8(off, h)), acc->h[h]);
 
-        acc[h] =
-            all_live ? sum : _mm256_blendv_ps(sum, acc[h], _mm256_castsi256_ps(half_i8(none, h)));
+        acc->h[h] = all_live
+                        ? sum
+                        : _mm256_blendv_ps(sum, acc->h[h], _mm256_castsi256_ps(half_i8(none, h)));
     }
 }
 
-/* The window of x at base, zero past the last column. */
-INLINE void load_window(const float *x, uint64_t cols, uint64_t base, __m256 *lo, __m256 *hi)
+TBM_INLINE void window_load(const float *x, uint64_t cols, uint64_t base, struct window *xw)
 {
     float tail[TBM_NM_WINDOW] = {0};
     const float *p = x + base;
@@ -84,86 +98,35 @@ INLINE void load_window(const float *x, uint64_t cols, uint64_t base, __m256 *lo
         memcpy(tail, p, (cols - base) * sizeof(float));
         p = tail;
     }
-    *lo = _mm256_loadu_ps(p);
-    *hi = _mm256_loadu_ps(p + 8);
+    xw->lo = _mm256_loadu_ps(p);
+    xw->hi = _mm256_loadu_ps(p + 8);
 }
 
-/* Rows row .. row+15 of a batch-1 y, those that exist. */
-INLINE void store_rows(const struct tbm_nm_matrix *w, float *y, uint64_t row, const __m256 *acc)
+TBM_INLINE void accum_store(const struct tbm_nm_matrix *w, float *y, uint64_t row,
+                            const struct accum *acc)
 {
     float out[TBM_NM_LANES];
 
     if (w->rows - row >= TBM_NM_LANES) {
-        _mm256_storeu_ps(y + row, canonical_nans(acc[0]));
-        _mm256_storeu_ps(y + row + 8, canonical_nans(acc[1]));
+        _mm256_storeu_ps(y + row, canonical_nans(acc->h[0]));
+        _mm256_storeu_ps(y + row + 8, canonical_nans(acc->h[1]));
         return;
     }
-    _mm256_storeu_ps(out, canonical_nans(acc[0]));
-    _mm256_storeu_ps(out + 8, canonical_nans(acc[1]));
+    _mm256_storeu_ps(out, canonical_nans(acc->h[0]));
+    _mm256_storeu_ps(out + 8, canonical_nans(acc->h[1]));
     memcpy(y + row, out, (w->rows - row) * sizeof(float));
 }
 
-/* Batch 1 for blocks block .. block+gang-1, two registers per block. The
- * windows' steps run in lockstep as far as all blocks have them. */
-INLINE void batch1_blocks(enum tbm_nm_kind kind, const struct tbm_nm_matrix *w, const float *x,
-                          float *y, uint64_t block, unsigned gang)
-{
-    __m256 acc[GANG][2];
-    uint64_t step[GANG];
-
-#pragma GCC unroll 2
-    for (unsigned g = 0; g < gang; g++) {
-        acc[g][0] = _mm256_setzero_ps();
-        acc[g][1] = _mm256_setzero_ps();
-        step[g] = w->first_step[block + g];
-    }
-    for (uint64_t win = 0; win < w->windows; win++) {
-        unsigned n[GANG], common = TBM_NM_WINDOW;
-        __m256 lo, hi;
-
-        load_window(x, w->cols, win * TBM_NM_WINDOW, &lo, &hi);
-#pragma GCC unroll 2
-        for (unsigned g = 0; g < gang; g++) {
-            n[g] = w->counts[(block + g) * w->windows + win];
-            common = n[g] < common ? n[g] : common;
-        }
-        for (unsigned k = 0; k < common; k++) {
-#pragma GCC unroll 2
-            for (unsigned g = 0; g < gang; g++)
-                step_batch1(kind, w, step[g] + k, lo, hi, acc[g]);
-        }
-#pragma GCC unroll 2
-        for (unsigned g = 0; g < gang; g++) {
-            for (unsigned k = common; k < n[g]; k++)
-                step_batch1(kind, w, step[g] + k, lo, hi, acc[g]);
-            step[g] += n[g];
-        }
-    }
-#pragma GCC unroll 2
-    for (unsigned g = 0; g < gang; g++)
-        store_rows(w, y, (block + g) * TBM_NM_LANES, acc[g]);
-}
-
-INLINE void batch1(enum tbm_nm_kind kind, const struct tbm_nm_matrix *w, const float *x, float *y)
-{
-    uint64_t block = 0;
-
-    for (; block + GANG <= w->blocks; block += GANG)
-        batch1_blocks(kind, w, x, y, block, GANG);
-    for (; block < w->blocks; block++)
-        batch1_blocks(kind, w, x, y, block, 1);
-}
-
 /* 8 batch columns at p; only those in jm unless full. */
-INLINE __m256 load_chunk(const float *p, __m256i jm, bool full)
+TBM_INLINE __m256 load_chunk(const float *p, __m256i jm, bool full)
 {
     return full ? _mm256_loadu_ps(p) : _mm256_maskload_ps(p, jm);
 }
 
 /* One step of a batch chunk: lane l (a row) adds its value v[l] times row
  * window + offset of x, over the chunk's columns. */
-INLINE void step_batchn(const struct tbm_nm_matrix *w, uint64_t step, const float *v,
-                        const float *xwin, uint32_t batch, __m256i jm, bool full, __m256 *acc)
+TBM_INLINE void step_batchn(const struct tbm_nm_matrix *w, uint64_t step, const float *v,
+                            const float *xwin, uint32_t batch, __m256i jm, bool full, __m256 *acc)
 {
     const uint8_t *off = w->offsets + step * TBM_NM_LANES;
     unsigned none = (unsigned)_mm_movemask_epi8(
@@ -186,9 +149,9 @@ INLINE void step_batchn(const struct tbm_nm_matrix *w, uint64_t step, const floa
 
 /* Batch columns j0 .. j0+7 (those in jm unless full) of one block: a
  * register per row, its lanes the batch columns. */
-INLINE void batchn_block(enum tbm_nm_kind kind, const struct tbm_nm_matrix *w, const float *x,
-                         uint32_t batch, float *y, uint64_t block, uint32_t j0, __m256i jm,
-                         bool full)
+TBM_INLINE void batchn_block(enum tbm_nm_kind kind, const struct tbm_nm_matrix *w, const float *x,
+                             uint32_t batch, float *y, uint64_t block, uint32_t j0, __m256i jm,
+                             bool full)
 {
     __m256 acc[TBM_NM_LANES];
     uint64_t step = w->first_step[block];
@@ -226,8 +189,8 @@ INLINE void batchn_block(enum tbm_nm_kind kind, const struct tbm_nm_matrix *w, c
     }
 }
 
-INLINE void batchn(enum tbm_nm_kind kind, const struct tbm_nm_matrix *w, const float *x,
-                   uint32_t batch, float *y)
+TBM_INLINE void batchn(enum tbm_nm_kind kind, const struct tbm_nm_matrix *w, const float *x,
+                       uint32_t batch, float *y)
 {
     __m256i jm = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)(batch % 8)),
                                     _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
@@ -242,30 +205,9 @@ INLINE void batchn(enum tbm_nm_kind kind, const struct tbm_nm_matrix *w, const f
     }
 }
 
-INLINE void run(enum tbm_nm_kind kind, const struct tbm_nm_matrix *w, const float *x,
-                uint32_t batch, float *y)
-{
-    if (batch == 1)
-        batch1(kind, w, x, y);
-    else
-        batchn(kind, w, x, batch, y);
-}
+#include "spmm_simd.h"
 
-/* A call of run per value kind, so that each conversion is fixed outside
- * the loops. */
 void tbm_spmm_avx2(const struct tbm_nm_matrix *w, const float *x, uint32_t batch, float *y)
 {
-    if (batch == 0)
-        return;
-    switch (w->kind) {
-    case TBM_NM_F16:
-        run(TBM_NM_F16, w, x, batch, y);
-        return;
-    case TBM_NM_BF16:
-        run(TBM_NM_BF16, w, x, batch, y);
-        return;
-    case TBM_NM_F32:
-        break;
-    }
-    run(TBM_NM_F32, w, x, batch, y);
+    spmm_simd(w, x, batch, y);
 }

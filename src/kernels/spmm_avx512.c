@@ -3,16 +3,25 @@
 #include <immintrin.h>
 #include <stddef.h>
 
+#include "internal.h"
 #include "spmm_internal.h"
-
-#define INLINE static inline __attribute__((always_inline))
 
 /* Blocks that batch 1 runs side by side: a lane's sum is one dependent FMA
  * chain, so one block alone would wait on FMA latency every step. */
 #define GANG 4
 
+/* Batch 1 holds a window of x in one register, entry j in lane j, and a
+ * block's sums in one, row l in lane l. */
+struct window {
+    __m512 x;
+};
+
+struct accum {
+    __m512 sum;
+};
+
 /* The 16 values of a step as float32. */
-INLINE __m512 step_values(enum tbm_nm_kind kind, const void *values, uint64_t step)
+TBM_INLINE __m512 step_values(enum tbm_nm_kind kind, const void *values, uint64_t step)
 {
     const uint16_t *v16 = (const uint16_t *)values + step * TBM_NM_LANES;
 
@@ -28,7 +37,7 @@ INLINE __m512 step_values(enum tbm_nm_kind kind, const void *values, uint64_t st
     return _mm512_loadu_ps((const float *)values + step * TBM_NM_LANES);
 }
 
-INLINE __m512 canonical_nans(__m512 v)
+TBM_INLINE __m512 canonical_nans(__m512 v)
 {
     __mmask16 nan = _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
 
@@ -36,80 +45,43 @@ INLINE __m512 canonical_nans(__m512 v)
 }
 
 /* Lanes 0 .. n-1 (n <= 16). */
-INLINE __mmask16 first_lanes(uint64_t n)
+TBM_INLINE __mmask16 first_lanes(uint64_t n)
 {
     return n >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << n) - 1);
 }
 
-INLINE __mmask16 live_lanes(const uint8_t *offsets)
+TBM_INLINE __mmask16 live_lanes(const uint8_t *offsets)
 {
     return _mm_cmpneq_epi8_mask(_mm_loadu_si128((const __m128i *)offsets),
                                 _mm_set1_epi8((char)TBM_NM_NONE));
 }
 
-/* One step of batch 1: lane l adds its value times x[window + offset]. */
-INLINE __m512 step_batch1(enum tbm_nm_kind kind, const struct tbm_nm_matrix *w, uint64_t step,
-                          __m512 xwin, __m512 acc)
+TBM_INLINE void accum_zero(struct accum *acc)
+{
+    acc->sum = _mm512_setzero_ps();
+}
+
+/* Lane l adds its value times x[window + offset]. */
+TBM_INLINE void accum_step(enum tbm_nm_kind kind, const struct tbm_nm_matrix *w, uint64_t step,
+                           const struct window *xw, struct accum *acc)
 {
     const uint8_t *off = w->offsets + step * TBM_NM_LANES;
     __m512 xv =
-        _mm512_permutexvar_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)off)), xwin);
+        _mm512_permutexvar_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)off)), xw->x);
 
-    return _mm512_mask3_fmadd_ps(step_values(kind, w->values, step), xv, acc, live_lanes(off));
+    acc->sum =
+        _mm512_mask3_fmadd_ps(step_values(kind, w->values, step), xv, acc->sum, live_lanes(off));
 }
 
-/* Batch 1 for blocks block .. block+gang-1: a register per block, its 16
- * lanes 16 rows. The windows' steps run in lockstep as far as all blocks
- * have them. */
-INLINE void batch1_blocks(enum tbm_nm_kind kind, const struct tbm_nm_matrix *w, const float *x,
-                          float *y, uint64_t block, unsigned gang)
+TBM_INLINE void window_load(const float *x, uint64_t cols, uint64_t base, struct window *xw)
 {
-    __m512 acc[GANG];
-    uint64_t step[GANG];
-
-#pragma GCC unroll 4
-    for (unsigned g = 0; g < gang; g++) {
-        acc[g] = _mm512_setzero_ps();
-        step[g] = w->first_step[block + g];
-    }
-    for (uint64_t win = 0; win < w->windows; win++) {
-        uint64_t base = win * TBM_NM_WINDOW;
-        __m512 xwin = _mm512_maskz_loadu_ps(first_lanes(w->cols - base), x + base);
-        unsigned n[GANG], common = TBM_NM_WINDOW;
-
-#pragma GCC unroll 4
-        for (unsigned g = 0; g < gang; g++) {
-            n[g] = w->counts[(block + g) * w->windows + win];
-            common = n[g] < common ? n[g] : common;
-        }
-        for (unsigned k = 0; k < common; k++) {
-#pragma GCC unroll 4
-            for (unsigned g = 0; g < gang; g++)
-                acc[g] = step_batch1(kind, w, step[g] + k, xwin, acc[g]);
-        }
-#pragma GCC unroll 4
-        for (unsigned g = 0; g < gang; g++) {
-            for (unsigned k = common; k < n[g]; k++)
-                acc[g] = step_batch1(kind, w, step[g] + k, xwin, acc[g]);
-            step[g] += n[g];
-        }
-    }
-#pragma GCC unroll 4
-    for (unsigned g = 0; g < gang; g++) {
-        uint64_t row = (block + g) * TBM_NM_LANES;
-
-        _mm512_mask_storeu_ps(y + row, first_lanes(w->rows - row), canonical_nans(acc[g]));
-    }
+    xw->x = _mm512_maskz_loadu_ps(first_lanes(cols - base), x + base);
 }
 
-INLINE void batch1(enum tbm_nm_kind kind, const struct tbm_nm_matrix *w, const float *x, float *y)
+TBM_INLINE void accum_store(const struct tbm_nm_matrix *w, float *y, uint64_t row,
+                            const struct accum *acc)
 {
-    uint64_t block = 0;
-
-    for (; block + GANG <= w->blocks; block += GANG)
-        batch1_blocks(kind, w, x, y, block, GANG);
-    for (; block < w->blocks; block++)
-        batch1_blocks(kind, w, x, y, block, 1);
+    _mm512_mask_storeu_ps(y + row, first_lanes(w->rows - row), canonical_nans(acc->sum));
 }
 
 /* Batch > 1 runs batch columns CHUNK at a time, GANG_CHUNK blocks side by
@@ -120,7 +92,8 @@ INLINE void batch1(enum tbm_nm_kind kind, const struct tbm_nm_matrix *w, const f
 #define GANG_CHUNK 2
 
 /* Row j of a window of x: batch columns jm, zero past the last column. */
-INLINE __m256 window_row(const float *xwin, uint32_t batch, uint32_t width, __mmask8 jm, unsigned j)
+TBM_INLINE __m256 window_row(const float *xwin, uint32_t batch, uint32_t width, __mmask8 jm,
+                             unsigned j)
 {
     return j < width ? _mm256_maskz_loadu_ps(jm, xwin + (size_t)j * batch) : _mm256_setzero_ps();
 }
@@ -128,8 +101,8 @@ INLINE __m256 window_row(const float *xwin, uint32_t batch, uint32_t width, __mm
 /* xt[b] lane j = x row window + j, column b: rows j and j + 8 share a
  * register, each 256-bit half gets the usual 8 x 8 transpose (unpack, then
  * shuffle), and a two-source permute gathers each column's quarters. */
-INLINE void transpose_window(const float *xwin, uint32_t batch, uint32_t width, __mmask8 jm,
-                             __m512 *xt)
+TBM_INLINE void transpose_window(const float *xwin, uint32_t batch, uint32_t width, __mmask8 jm,
+                                 __m512 *xt)
 {
     const __m512i low = _mm512_setr_epi32(0, 1, 2, 3, 16, 17, 18, 19, 8, 9, 10, 11, 24, 25, 26, 27);
     const __m512i high = _mm512_add_epi32(low, _mm512_set1_epi32(4));
@@ -160,8 +133,8 @@ INLINE void transpose_window(const float *xwin, uint32_t batch, uint32_t width, 
 
 /* One step of a chunk: lane l adds its value times x[window + offset][b]
  * into acc[b]. */
-INLINE void step_chunk(enum tbm_nm_kind kind, const struct tbm_nm_matrix *w, uint64_t step,
-                       const __m512 *xt, __m512 *acc)
+TBM_INLINE void step_chunk(enum tbm_nm_kind kind, const struct tbm_nm_matrix *w, uint64_t step,
+                           const __m512 *xt, __m512 *acc)
 {
     const uint8_t *off = w->offsets + step * TBM_NM_LANES;
     __m512i idx = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)off));
@@ -175,8 +148,8 @@ INLINE void step_chunk(enum tbm_nm_kind kind, const struct tbm_nm_matrix *w, uin
 
 /* Writes acc[b] lane l to y[row + l][j0 + b] for the rows and the batch
  * columns (nb of them) that exist. */
-INLINE void store_chunk(const struct tbm_nm_matrix *w, uint32_t batch, float *y, uint64_t row,
-                        uint32_t j0, uint32_t nb, const __m512 *acc)
+TBM_INLINE void store_chunk(const struct tbm_nm_matrix *w, uint32_t batch, float *y, uint64_t row,
+                            uint32_t j0, uint32_t nb, const __m512 *acc)
 {
     float out[CHUNK][TBM_NM_LANES] __attribute__((aligned(64)));
     uint64_t rows = w->rows - row < TBM_NM_LANES ? w->rows - row : TBM_NM_LANES;
@@ -190,10 +163,13 @@ INLINE void store_chunk(const struct tbm_nm_matrix *w, uint32_t batch, float *y,
     }
 }
 
-/* Batch columns j0 .. j0+nb-1 of blocks block .. block+gang-1. */
-INLINE void chunk_blocks(enum tbm_nm_kind kind, const struct tbm_nm_matrix *w, const float *x,
-                         uint32_t batch, float *y, uint64_t block, unsigned gang, uint32_t j0,
-                         uint32_t nb)
+/* Batch columns j0 .. j0+nb-1 of blocks block .. block+gang-1, in the
+ * lockstep of batch1_blocks (spmm_simd.h) but not through it: with both
+ * walks from that one function, GCC 12 left batch 1's inner loops reloading
+ * pointers from the stack every step, and batch 1 ran 2-4% slower. */
+TBM_INLINE void chunk_blocks(enum tbm_nm_kind kind, const struct tbm_nm_matrix *w, const float *x,
+                             uint32_t batch, float *y, uint64_t block, unsigned gang, uint32_t j0,
+                             uint32_t nb)
 {
     __mmask8 jm = (__mmask8)((1u << nb) - 1);
     __m512 acc[GANG_CHUNK][CHUNK];
@@ -236,8 +212,8 @@ INLINE void chunk_blocks(enum tbm_nm_kind kind, const struct tbm_nm_matrix *w, c
         store_chunk(w, batch, y, (block + g) * TBM_NM_LANES, j0, nb, acc[g]);
 }
 
-INLINE void batchn(enum tbm_nm_kind kind, const struct tbm_nm_matrix *w, const float *x,
-                   uint32_t batch, float *y)
+TBM_INLINE void batchn(enum tbm_nm_kind kind, const struct tbm_nm_matrix *w, const float *x,
+                       uint32_t batch, float *y)
 {
     for (uint32_t j0 = 0; j0 < batch; j0 += CHUNK) {
         uint32_t nb = batch - j0 < CHUNK ? batch - j0 : CHUNK;
@@ -250,30 +226,9 @@ INLINE void batchn(enum tbm_nm_kind kind, const struct tbm_nm_matrix *w, const f
     }
 }
 
-INLINE void run(enum tbm_nm_kind kind, const struct tbm_nm_matrix *w, const float *x,
-                uint32_t batch, float *y)
-{
-    if (batch == 1)
-        batch1(kind, w, x, y);
-    else
-        batchn(kind, w, x, batch, y);
-}
+#include "spmm_simd.h"
 
-/* A call of run per value kind, so that each conversion is fixed outside
- * the loops. */
 void tbm_spmm_avx512(const struct tbm_nm_matrix *w, const float *x, uint32_t batch, float *y)
 {
-    if (batch == 0)
-        return;
-    switch (w->kind) {
-    case TBM_NM_F16:
-        run(TBM_NM_F16, w, x, batch, y);
-        return;
-    case TBM_NM_BF16:
-        run(TBM_NM_BF16, w, x, batch, y);
-        return;
-    case TBM_NM_F32:
-        break;
-    }
-    run(TBM_NM_F32, w, x, batch, y);
+    spmm_simd(w, x, batch, y);
 }
