@@ -7,14 +7,18 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Elements expanded per step: bounds the per-thread scratch (about 900 KiB)
+/* Elements expanded per step: bounds the per-thread scratch (about 1 MiB)
  * while keeping each pread large. */
 #define CHUNK (64u * 1024u)
+
+/* NPY 1.0 allows a header of up to 65535 bytes after its 10-byte preamble. */
+#define NPY_MAX (10 + 65535)
 
 struct scratch {
     unsigned char weights[CHUNK * 8];
     unsigned char mask[CHUNK + 8]; /* m = 1 needs one byte per element */
     float out[CHUNK];
+    char npy[NPY_MAX]; /* the .npy header, rendered where it is needed */
 };
 
 static pthread_key_t scratch_key;
@@ -142,9 +146,6 @@ static int f32_view_read(const struct tbm_views *v, size_t t, char *buf, uint64_
     return dense_range(v, &v->model->tensors[t], buf, off, len, got);
 }
 
-/* NPY 1.0 allows a header of up to 65535 bytes after its 10-byte preamble. */
-#define NPY_MAX (10 + 65535)
-
 /* Writes the NPY 1.0 header (magic, version, length, dict padded with spaces
  * and a newline to a multiple of 64 bytes) into out; returns its length. The
  * index's shape is used when it describes num_weights, else a 1-D shape. */
@@ -177,12 +178,11 @@ static size_t npy_header(const struct tbm_tensor *t, char *out)
 static int npy_view_size(const struct tbm_views *v, size_t t, uint64_t *size)
 {
     const struct tbm_tensor *tensor = &v->model->tensors[t];
-    char *hdr = malloc(NPY_MAX);
+    struct scratch *s = thread_scratch();
 
-    if (!hdr)
+    if (!s)
         return TBM_ERR_NOMEM;
-    *size = npy_header(tensor, hdr) + f32_size(tensor);
-    free(hdr);
+    *size = npy_header(tensor, s->npy) + f32_size(tensor);
     return 0;
 }
 
@@ -190,17 +190,18 @@ static int npy_view_read(const struct tbm_views *v, size_t t, char *buf, uint64_
                          size_t *got)
 {
     const struct tbm_tensor *tensor = &v->model->tensors[t];
-    char *hdr = malloc(NPY_MAX);
+    struct scratch *s = thread_scratch();
     size_t head = 0;
 
-    if (!hdr)
+    /* The header is rendered into this thread's scratch: a 64 KiB allocation
+     * per read would sit on the hottest path of the mount. */
+    if (!s)
         return TBM_ERR_NOMEM;
-    size_t hlen = npy_header(tensor, hdr);
+    size_t hlen = npy_header(tensor, s->npy);
     if (off < hlen) {
-        tbm_copy_range(buf, off, len, hdr, hlen, &head);
+        tbm_copy_range(buf, off, len, s->npy, hlen, &head);
         off = hlen;
     }
-    free(hdr);
     size_t body = 0;
     int r = head < len ? dense_range(v, tensor, buf + head, off - hlen, len - head, &body) : 0;
     if (r < 0)
