@@ -26,6 +26,55 @@ int tbm_pread_full(int fd, void *buf, size_t len, uint64_t off)
     return 0;
 }
 
+/* Reads up to len bytes at off; fewer only at the end of the file. Returns
+ * the count, or TBM_ERR_IO. */
+static ssize_t pread_upto(int fd, unsigned char *buf, size_t len, uint64_t off)
+{
+    size_t got = 0;
+
+    while (got < len) {
+        if (off + got > (uint64_t)INT64_MAX)
+            return TBM_ERR_IO;
+        ssize_t n = pread(fd, buf + got, len - got, (off_t)(off + got));
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0)
+            return TBM_ERR_IO;
+        if (n == 0)
+            break;
+        got += (size_t)n;
+    }
+    return (ssize_t)got;
+}
+
+int tbm_reader_read(struct tbm_reader *r, int fd, void *dst, size_t len, uint64_t off)
+{
+    if (fd == r->fd && off >= r->start && off - r->start <= r->len &&
+        len <= r->len - (off - r->start)) {
+        memcpy(dst, r->buf + (off - r->start), len);
+        return 0;
+    }
+    if (len > TBM_READER_WINDOW / 2)
+        return tbm_pread_full(fd, dst, len, off);
+    if (!r->buf && !(r->buf = malloc(TBM_READER_WINDOW)))
+        return TBM_ERR_NOMEM;
+    ssize_t n = pread_upto(fd, r->buf, TBM_READER_WINDOW, off);
+    r->fd = n < 0 ? -1 : fd;
+    r->start = off;
+    r->len = n < 0 ? 0 : (size_t)n;
+    if (r->len < len)
+        return TBM_ERR_IO;
+    memcpy(dst, r->buf, len);
+    return 0;
+}
+
+void tbm_reader_free(struct tbm_reader *r)
+{
+    free(r->buf);
+    r->buf = NULL;
+    r->fd = -1;
+}
+
 static uint32_t le32(const unsigned char *p)
 {
     return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
@@ -53,7 +102,7 @@ static void decode_header(const unsigned char *p, struct tbm_blob_header *h)
  * padding that nothing reads, so only the fields are fetched. */
 #define HEADER_FIELDS 49
 
-static int read_header(struct tbm_tensor *t, uint64_t data_end)
+static int read_header(struct tbm_tensor *t, uint64_t data_end, struct tbm_reader *rd)
 {
     unsigned char buf[HEADER_FIELDS];
 
@@ -62,7 +111,10 @@ static int read_header(struct tbm_tensor *t, uint64_t data_end)
                                 "header at offset %llu runs past the end of the blob data "
                                 "(%llu bytes)",
                                 (unsigned long long)t->offset, (unsigned long long)data_end);
-    if (tbm_pread_full(t->fd, buf, sizeof(buf), t->offset) < 0)
+    int r = tbm_reader_read(rd, t->fd, buf, sizeof(buf), t->offset);
+    if (r == TBM_ERR_NOMEM)
+        return r;
+    if (r < 0)
         return tbm_strlist_addf(&t->problems, "header at offset %llu cannot be read",
                                 (unsigned long long)t->offset);
     decode_header(buf, &t->hdr);
@@ -189,11 +241,11 @@ static int check_mask_rule(struct tbm_tensor *t)
     return 0;
 }
 
-int tbm_blob_validate(struct tbm_tensor *t, uint64_t data_end)
+int tbm_blob_validate(struct tbm_tensor *t, uint64_t data_end, struct tbm_reader *rd)
 {
     int r;
 
-    if ((r = read_header(t, data_end)) < 0 || !t->header_read)
+    if ((r = read_header(t, data_end, rd)) < 0 || !t->header_read)
         return r;
     if ((r = check_identity(t)) < 0 || !t->header_sound)
         return r;
@@ -216,7 +268,8 @@ void tbm_count_buf_free(struct tbm_count_buf *buf)
     free(buf->mask);
 }
 
-int tbm_blob_count(struct tbm_tensor *t, enum tbm_isa isa, struct tbm_count_buf *buf)
+int tbm_blob_count(struct tbm_tensor *t, enum tbm_isa isa, struct tbm_count_buf *buf,
+                   struct tbm_reader *rd)
 {
     const struct tbm_blob_header *h = &t->hdr;
     size_t es = tbm_precision_size(h->precision);
@@ -227,8 +280,12 @@ int tbm_blob_count(struct tbm_tensor *t, enum tbm_isa isa, struct tbm_count_buf 
     for (uint64_t i = 0; i < h->num_weights; i += chunk) {
         uint64_t n = h->num_weights - i < chunk ? h->num_weights - i : chunk;
         uint64_t groups = n / m + (n % m != 0);
-        if (tbm_pread_full(t->fd, buf->weights, n * es, t->weights.off + i * es) < 0 ||
-            tbm_pread_full(t->fd, buf->mask, groups * wb, t->mask.off + i / m * wb) < 0)
+        int r = tbm_reader_read(rd, t->fd, buf->weights, n * es, t->weights.off + i * es);
+        if (r == 0)
+            r = tbm_reader_read(rd, t->fd, buf->mask, groups * wb, t->mask.off + i / m * wb);
+        if (r == TBM_ERR_NOMEM)
+            return r;
+        if (r < 0)
             return tbm_strlist_addf(&t->problems, "payload cannot be read for statistics");
         tbm_mask_count(isa, h->precision, buf->weights, buf->mask, h->nm_n, m, n, &t->stats);
     }

@@ -24,6 +24,51 @@ void tbm_strlist_free(struct tbm_strlist *list);
  * why. */
 struct json_object *tbm_json_parse_strict(const char *buf, size_t len, const char **why);
 
+/* Whether len bytes are within the size and container limits of an index;
+ * false with a reason in why. */
+bool tbm_json_within_limits(const char *buf, size_t len, const char **why);
+
+/* A stretch of JSON text; a document may be given as several. */
+struct tbm_json_piece {
+    const char *buf;
+    size_t len;
+};
+
+/* Parses the concatenation of npieces pieces as tbm_json_parse_strict does,
+ * with nesting depth at most depth, but without checking the limits. */
+struct json_object *tbm_json_parse_pieces(const struct tbm_json_piece *pieces, size_t npieces,
+                                          int depth, const char **why);
+
+/* An index or manifest whose "tensors" array is split at its elements, so
+ * that json-c can parse it a slice at a time: in parallel, and without ever
+ * building the whole tree (a large index's tree takes about 2.5 KiB per
+ * entry, and faulting that memory in was most of a 100,000-tensor mount). */
+struct tbm_json_split {
+    size_t open, close; /* offsets of the array's '[' and ']' */
+    size_t count;       /* elements of the array */
+    size_t *sep;        /* element i lies between sep[i] and sep[i + 1]: the '[',
+                         * the ',' between elements, the ']' */
+};
+
+/* Finds the elements of the root object's "tensors" array with a scan that
+ * follows only strings and nesting; json-c still parses every byte. Returns
+ * 1 when split, 0 when the text is not plainly such an object (one
+ * "tensors" key, no escapes in root keys, within the limits, balanced):
+ * then it is to be parsed whole, which also gives the reason it is invalid.
+ * TBM_ERR_NOMEM when out of memory. */
+int tbm_json_split(const char *buf, size_t len, struct tbm_json_split *out);
+void tbm_json_split_free(struct tbm_json_split *split);
+
+/* The root object with its "tensors" array left empty, or NULL when that
+ * text is not valid JSON. */
+struct json_object *tbm_json_split_root(const char *buf, size_t len,
+                                        const struct tbm_json_split *split);
+
+/* Elements [first, end) as a json-c array, or NULL unless their text parses
+ * as exactly end - first values (so a mis-split can never pass as valid). */
+struct json_object *tbm_json_split_elements(const char *buf, const struct tbm_json_split *split,
+                                            size_t first, size_t end);
+
 /* Reads an unsigned integer member; 1 if present and valid, 0 if absent, -1
  * if present with another type, negative, fractional or too large. */
 int tbm_json_get_u64(struct json_object *obj, const char *key, uint64_t *out);
@@ -41,9 +86,29 @@ struct tbm_entry {
  * Entry-level defects go to t's problems or warnings. */
 int tbm_entry_parse(struct json_object *entry, size_t i, struct tbm_tensor *t, struct tbm_entry *e);
 
+/* Reads of the source while it is validated, through a window: the small
+ * tensors of a large index lie side by side, and one pread per window rather
+ * than per header or region saved a third of a 100,000-tensor mount. */
+#define TBM_READER_WINDOW (256u << 10)
+struct tbm_reader {
+    int fd; /* whose bytes buf holds; -1 for none */
+    uint64_t start;
+    size_t len;
+    unsigned char *buf; /* TBM_READER_WINDOW bytes, allocated at first use */
+};
+#define TBM_READER_INIT                                                                            \
+    {                                                                                              \
+        .fd = -1                                                                                   \
+    }
+
+/* Reads exactly len bytes at off of fd, from the window when it holds them;
+ * larger reads bypass it. TBM_ERR_IO on a short read, TBM_ERR_NOMEM. */
+int tbm_reader_read(struct tbm_reader *r, int fd, void *dst, size_t len, uint64_t off);
+void tbm_reader_free(struct tbm_reader *r);
+
 /* Reads and validates the blob at t->offset of t->fd, whose data may not
  * extend past data_end, filling the header, regions and mask usability. */
-int tbm_blob_validate(struct tbm_tensor *t, uint64_t data_end);
+int tbm_blob_validate(struct tbm_tensor *t, uint64_t data_end, struct tbm_reader *rd);
 
 /* Compares the index entry with the blob header and records warnings. */
 int tbm_entry_check_header(struct json_object *entry, struct tbm_tensor *t);
@@ -59,7 +124,8 @@ int tbm_count_buf_init(struct tbm_count_buf *buf);
 void tbm_count_buf_free(struct tbm_count_buf *buf);
 
 /* Computes t's mask statistics by reading its payloads in chunks. */
-int tbm_blob_count(struct tbm_tensor *t, enum tbm_isa isa, struct tbm_count_buf *buf);
+int tbm_blob_count(struct tbm_tensor *t, enum tbm_isa isa, struct tbm_count_buf *buf,
+                   struct tbm_reader *rd);
 
 /* Opens a manifest's "file" beneath dirfd, the directory at the real path
  * dirpath; -1 with a reason in why. */

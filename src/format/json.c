@@ -86,31 +86,45 @@ static size_t containers_at_most(const char *buf, size_t len)
     return n;
 }
 
-struct json_object *tbm_json_parse_strict(const char *buf, size_t len, const char **why)
+/* Bytes after a parsed value: pieces[k] from end on, then every later piece. */
+static bool rest_is_whitespace(const struct tbm_json_piece *pieces, size_t npieces, size_t k,
+                               size_t end)
 {
-    if (len > TBM_INDEX_MAX) {
-        *why = "JSON is larger than the 256 MiB limit";
-        return NULL;
-    }
-    if (containers_at_most(buf, len) > TBM_JSON_CONTAINERS_MAX) {
-        *why = "JSON has more than 2097152 objects and arrays";
-        return NULL;
-    }
-    struct json_tokener *tok = json_tokener_new_ex(TBM_JSON_DEPTH);
+    if (end > pieces[k].len || !only_whitespace(pieces[k].buf + end, pieces[k].len - end))
+        return false;
+    for (k++; k < npieces; k++)
+        if (!only_whitespace(pieces[k].buf, pieces[k].len))
+            return false;
+    return true;
+}
+
+struct json_object *tbm_json_parse_pieces(const struct tbm_json_piece *pieces, size_t npieces,
+                                          int depth, const char **why)
+{
+    struct json_tokener *tok = json_tokener_new_ex(depth);
+    struct json_object *obj = NULL;
+    enum json_tokener_error err = json_tokener_continue;
+    size_t k = 0, end = 0;
+    bool took_all = false;
+
     if (!tok) {
         *why = "out of memory";
         return NULL;
     }
     json_tokener_set_flags(tok, JSON_TOKENER_STRICT | JSON_TOKENER_VALIDATE_UTF8);
-    struct json_object *obj = json_tokener_parse_ex(tok, buf, (int)len);
-    enum json_tokener_error err = json_tokener_get_error(tok);
-    size_t end = json_tokener_get_parse_end(tok);
+    for (k = 0; k < npieces && err == json_tokener_continue; k++) {
+        if (pieces[k].len == 0)
+            continue;
+        obj = json_tokener_parse_ex(tok, pieces[k].buf, (int)pieces[k].len);
+        err = json_tokener_get_error(tok);
+        end = json_tokener_get_parse_end(tok);
+    }
     /* A bare number could go on with more digits: json-c waits for more input
      * until it is told the text has ended, which a NUL byte does. */
     if (!obj && err == json_tokener_continue) {
         obj = json_tokener_parse_ex(tok, "", 1);
         err = json_tokener_get_error(tok);
-        end = len;
+        took_all = true;
     }
     json_tokener_free(tok);
 
@@ -119,12 +133,35 @@ struct json_object *tbm_json_parse_strict(const char *buf, size_t len, const cha
         *why = err == json_tokener_continue ? "JSON ends early" : json_tokener_error_desc(err);
         return NULL;
     }
-    if (end > len || !only_whitespace(buf + end, len - end)) {
+    /* the value ended in piece k - 1, at end */
+    if (!took_all && !rest_is_whitespace(pieces, npieces, k - 1, end)) {
         json_object_put(obj);
         *why = "JSON has trailing bytes after its value";
         return NULL;
     }
     return obj;
+}
+
+bool tbm_json_within_limits(const char *buf, size_t len, const char **why)
+{
+    if (len > TBM_INDEX_MAX) {
+        *why = "JSON is larger than the 256 MiB limit";
+        return false;
+    }
+    if (containers_at_most(buf, len) > TBM_JSON_CONTAINERS_MAX) {
+        *why = "JSON has more than 2097152 objects and arrays";
+        return false;
+    }
+    return true;
+}
+
+struct json_object *tbm_json_parse_strict(const char *buf, size_t len, const char **why)
+{
+    struct tbm_json_piece whole = {buf, len};
+
+    if (!tbm_json_within_limits(buf, len, why))
+        return NULL;
+    return tbm_json_parse_pieces(&whole, 1, TBM_JSON_DEPTH, why);
 }
 
 int tbm_json_get_u64(struct json_object *obj, const char *key, uint64_t *out)

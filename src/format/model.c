@@ -18,8 +18,10 @@ struct opener {
     const char *given; /* SOURCE as the user wrote it */
     struct tbm_model *m;
     const struct tbm_open_options *opts;
+    const char *what;            /* "index" or "manifest.json", for messages */
     struct json_object *root;    /* parsed index or manifest */
     struct json_object *entries; /* its "tensors" array */
+    struct tbm_json_split split; /* that array's elements, when parsed in slices */
     uint64_t data_end;           /* container: where the index starts */
     char *err;
     size_t errlen;
@@ -46,10 +48,20 @@ static bool ends_with(const char *s, const char *suffix)
     return n >= k && strcmp(s + n - k, suffix) == 0;
 }
 
-static int read_json(struct opener *o, int fd, uint64_t off, uint64_t len, const char *what)
+static int parse_whole(struct opener *o)
 {
     const char *why;
 
+    o->root = tbm_json_parse_strict(o->m->index_json, o->m->index_json_len, &why);
+    if (!o->root)
+        return fail(o, TBM_ERR_SOURCE, "%s is not valid JSON: %s", o->what, why);
+    return 0;
+}
+
+/* An index that is plainly an object with a "tensors" array is parsed in
+ * slices of that array (see add_sliced); any other text is parsed whole. */
+static int read_json(struct opener *o, int fd, uint64_t off, uint64_t len, const char *what)
+{
     if (len > TBM_INDEX_MAX)
         return fail(o, TBM_ERR_SOURCE, "%s is %llu bytes, over the %u MiB limit", what,
                     (unsigned long long)len, TBM_INDEX_MAX >> 20);
@@ -62,10 +74,14 @@ static int read_json(struct opener *o, int fd, uint64_t off, uint64_t len, const
     }
     o->m->index_json = buf;
     o->m->index_json_len = len;
-    o->root = tbm_json_parse_strict(buf, len, &why);
-    if (!o->root)
-        return fail(o, TBM_ERR_SOURCE, "%s is not valid JSON: %s", what, why);
-    return 0;
+    o->what = what;
+    int r = tbm_json_split(buf, len, &o->split);
+    if (r < 0)
+        return fail(o, TBM_ERR_NOMEM, "out of memory reading the %s", what);
+    if (r > 0 && (o->root = tbm_json_split_root(buf, len, &o->split)))
+        return 0;
+    tbm_json_split_free(&o->split);
+    return parse_whole(o);
 }
 
 static int open_container(struct opener *o, const struct stat *st)
@@ -177,7 +193,7 @@ static int locate(struct opener *o, struct tbm_tensor *t, const struct tbm_entry
     return 1;
 }
 
-static int add_tensor(struct opener *o, struct json_object *entry, size_t i)
+static int add_tensor(struct opener *o, struct json_object *entry, size_t i, struct tbm_reader *rd)
 {
     struct tbm_tensor *t = &o->m->tensors[i];
     struct tbm_entry e;
@@ -191,7 +207,7 @@ static int add_tensor(struct opener *o, struct json_object *entry, size_t i)
         return 0;
     if ((r = locate(o, t, &e, &data_end)) <= 0)
         return r;
-    if ((r = tbm_blob_validate(t, data_end)) < 0 || (r = tbm_entry_check_header(entry, t)) < 0)
+    if ((r = tbm_blob_validate(t, data_end, rd)) < 0 || (r = tbm_entry_check_header(entry, t)) < 0)
         return r;
     return check_shape(t);
 }
@@ -245,24 +261,95 @@ static int for_each_span(struct opener *o, size_t n,
 
 static int add_tensors(struct opener *o, size_t begin, size_t end)
 {
+    struct tbm_reader rd = TBM_READER_INIT;
     int r = 0;
 
     for (size_t i = begin; i < end && r == 0; i++)
-        r = add_tensor(o, json_object_array_get_idx(o->entries, i), i);
+        r = add_tensor(o, json_object_array_get_idx(o->entries, i), i, &rd);
+    tbm_reader_free(&rd);
     return r;
 }
 
-static int load_entries(struct opener *o, struct json_object *arr)
-{
-    size_t n = json_object_array_length(arr);
+/* A span's status when a slice of the array is not valid JSON. */
+#define SLICE_INVALID 1
 
+/* At most this many elements, or bytes of their text, are parsed at once:
+ * the tree of one slice is all the memory the index takes while it loads. */
+#define SLICE_ELEMENTS 256
+#define SLICE_BYTES    (1u << 20)
+
+static size_t slice_end(const struct tbm_json_split *split, size_t first, size_t end)
+{
+    size_t last = first + 1;
+
+    while (last < end && last - first < SLICE_ELEMENTS &&
+           split->sep[last + 1] - split->sep[first] <= SLICE_BYTES)
+        last++;
+    return last;
+}
+
+static int add_sliced(struct opener *o, size_t begin, size_t end)
+{
+    struct tbm_reader rd = TBM_READER_INIT;
+    int r = 0;
+
+    for (size_t first = begin; first < end && r == 0;) {
+        size_t last = slice_end(&o->split, first, end);
+        struct json_object *arr = tbm_json_split_elements(o->m->index_json, &o->split, first, last);
+
+        if (!arr) {
+            r = SLICE_INVALID;
+            break;
+        }
+        for (size_t i = first; i < last && r == 0; i++)
+            r = add_tensor(o, json_object_array_get_idx(arr, i - first), i, &rd);
+        json_object_put(arr);
+        first = last;
+    }
+    tbm_reader_free(&rd);
+    return r;
+}
+
+static void free_tensors(struct tbm_model *m)
+{
+    for (size_t i = 0; i < m->ntensors; i++) {
+        struct tbm_tensor *t = &m->tensors[i];
+        if (t->owns_fd && t->fd >= 0)
+            close(t->fd);
+        free(t->name);
+        free(t->dir);
+        free(t->shape);
+        free(t->entry_json);
+        tbm_strlist_free(&t->problems);
+        tbm_strlist_free(&t->warnings);
+    }
+    free(m->tensors);
+    m->tensors = NULL;
+    m->ntensors = 0;
+}
+
+static int load_entries(struct opener *o)
+{
+    struct json_object *arr = tensors_array(o);
+
+    if (!arr)
+        return fail(o, TBM_ERR_SOURCE, "%s has no \"tensors\" array", o->what);
+    bool sliced = o->split.sep != NULL;
+    size_t n = sliced ? o->split.count : json_object_array_length(arr);
     /* Zeroed records own nothing, so a failure part way can close them all. */
     o->m->tensors = calloc(n ? n : 1, sizeof(*o->m->tensors));
     if (!o->m->tensors)
         return fail(o, TBM_ERR_NOMEM, "out of memory for %zu tensors", n);
     o->m->ntensors = n;
     o->entries = arr;
-    int r = for_each_span(o, n, add_tensors);
+    int r = for_each_span(o, n, sliced ? add_sliced : add_tensors);
+    if (r == SLICE_INVALID) {
+        /* The whole text is invalid too, and parsing it says why. */
+        free_tensors(o->m);
+        json_object_put(o->root);
+        tbm_json_split_free(&o->split);
+        return (r = parse_whole(o)) < 0 ? r : load_entries(o);
+    }
     return r < 0 ? fail(o, r, "out of memory loading %zu tensors", n) : 0;
 }
 
@@ -323,6 +410,7 @@ out:
 
 static int load_blob(struct opener *o, const struct stat *st)
 {
+    struct tbm_reader rd = TBM_READER_INIT;
     struct tbm_tensor *t;
     const char *base = strrchr(o->given, '/');
     base = base ? base + 1 : o->given;
@@ -335,7 +423,9 @@ static int load_blob(struct opener *o, const struct stat *st)
     t->fd = o->m->fd;
     t->name_len = strlen(base) - 3;
     t->name = strndup(base, t->name_len);
-    if (!t->name || tbm_blob_validate(t, (uint64_t)st->st_size) < 0)
+    int r = t->name ? tbm_blob_validate(t, (uint64_t)st->st_size, &rd) : TBM_ERR_NOMEM;
+    tbm_reader_free(&rd);
+    if (r < 0)
         return fail(o, TBM_ERR_NOMEM, "out of memory");
     if (t->header_read) {
         t->shape = malloc(sizeof(*t->shape));
@@ -555,6 +645,7 @@ static int count_tensors(struct opener *o, size_t begin, size_t end)
 {
     struct tbm_model *m = o->m;
     struct tbm_count_buf buf = {0};
+    struct tbm_reader rd = TBM_READER_INIT;
     int r = 0;
 
     for (size_t i = begin; i < end && r == 0; i++) {
@@ -567,12 +658,13 @@ static int count_tensors(struct opener *o, size_t begin, size_t end)
         } else if (t->mask_usable && t->mask.ok) {
             if (!buf.weights && (r = tbm_count_buf_init(&buf)) < 0)
                 break;
-            r = tbm_blob_count(t, m->isa, &buf);
+            r = tbm_blob_count(t, m->isa, &buf, &rd);
         }
         if (r == 0)
             r = warn_stats(t);
     }
     tbm_count_buf_free(&buf);
+    tbm_reader_free(&rd);
     return r;
 }
 
@@ -616,14 +708,8 @@ static int build_table(struct opener *o)
     struct tbm_model *m = o->m;
     int r;
 
-    if (m->kind != TBM_SOURCE_BLOB) {
-        struct json_object *arr = tensors_array(o);
-        if (!arr)
-            return fail(o, TBM_ERR_SOURCE, "%s has no \"tensors\" array",
-                        m->kind == TBM_SOURCE_MANIFEST ? "manifest.json" : "index");
-        if ((r = take_metadata(o)) < 0 || (r = load_entries(o, arr)) < 0)
-            return r;
-    }
+    if (m->kind != TBM_SOURCE_BLOB && ((r = load_entries(o)) < 0 || (r = take_metadata(o)) < 0))
+        return r;
     if (assign_dirs(m) < 0 || (m->kind == TBM_SOURCE_CONTAINER && check_overlaps(m) < 0))
         return fail(o, TBM_ERR_NOMEM, "out of memory");
     if ((r = for_each_span(o, m->ntensors, count_tensors)) < 0)
@@ -666,11 +752,13 @@ int tbm_model_open(const char *path, const struct tbm_open_options *opts, struct
     if ((r = open_source(&o)) < 0 || (r = build_table(&o)) < 0)
         goto out_err;
     json_object_put(o.root);
+    tbm_json_split_free(&o.split);
     *out = m;
     return 0;
 
 out_err:
     json_object_put(o.root);
+    tbm_json_split_free(&o.split);
     tbm_model_close(m);
     return r;
 }
@@ -679,24 +767,13 @@ void tbm_model_close(struct tbm_model *m)
 {
     if (!m)
         return;
-    for (size_t i = 0; i < m->ntensors; i++) {
-        struct tbm_tensor *t = &m->tensors[i];
-        if (t->owns_fd && t->fd >= 0)
-            close(t->fd);
-        free(t->name);
-        free(t->dir);
-        free(t->shape);
-        free(t->entry_json);
-        tbm_strlist_free(&t->problems);
-        tbm_strlist_free(&t->warnings);
-    }
+    free_tensors(m);
     if (m->fd >= 0)
         close(m->fd);
     if (m->dirfd >= 0)
         close(m->dirfd);
     json_object_put(m->config);
     free(m->architecture);
-    free(m->tensors);
     free(m->dir_table);
     free(m->index_json);
     free(m->path);

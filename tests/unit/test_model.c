@@ -209,6 +209,17 @@ static void test_refused_containers(void **state)
     deep[n++] = '}';
     deep[n] = '\0';
     open_refused(container("deep.tbm", &b, 1, deep, 0), TBM_ERR_SOURCE, "not valid JSON");
+    /* Entries are loaded a slice at a time: an error in a late slice, after
+     * earlier tensors were loaded, still refuses the whole index. */
+    char *late = malloc(600 * 32 + 64);
+    assert_non_null(late);
+    n = (size_t)sprintf(late, "{\"tensors\":[");
+    for (int i = 0; i < 600; i++)
+        n += (size_t)sprintf(late + n, "{\"name\":\"t%d\",\"offset\":0},", i);
+    strcpy(late + n, "]}");
+    open_refused(container("late.tbm", &b, 1, late, 0), TBM_ERR_SOURCE,
+                 "not valid JSON: unexpected character");
+    free(late);
     snprintf(path, sizeof(path), "%s/missing.tbm", dir);
     open_refused(path, TBM_ERR_SOURCE, "No such file");
 }
@@ -449,7 +460,7 @@ static void test_manifest_files(void **state)
                            "{\"name\":\"fifo\",\"file\":\"fifo.tb\"},"
                            "{\"name\":\"dir\",\"file\":\"sub\"},"
                            "{\"name\":\"nofile\"},"
-        "{\"name\":\"forged\",\"file\":\"x\\npass fake\"}]}";
+                           "{\"name\":\"forged\",\"file\":\"x\\npass fake\"}]}";
     snprintf(path, sizeof(path), "%s/manifest.json", mdir);
     write_file(path, manifest, strlen(manifest));
 
