@@ -48,7 +48,8 @@ static inline uint32_t tbm_mask_word_bytes(uint32_t m)
  * weights points at element first's stored value (any alignment). With mask
  * NULL every element is kept; otherwise m is 1..32 and mask points at the mask
  * word of group first / m, and element i is kept when bit (i % m) of its
- * group's little-endian word is set. Pruned elements become +0.0. */
+ * group's little-endian word is set. Pruned elements become +0.0. For
+ * TBM_FP32 out may be weights itself: the expansion is then done in place. */
 void tbm_expand(enum tbm_isa isa, enum tbm_precision prec, const void *weights, const uint8_t *mask,
                 uint32_t m, uint64_t first, size_t count, float *out);
 

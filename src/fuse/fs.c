@@ -36,7 +36,9 @@ struct node {
 
 static void op_init(void *userdata, struct fuse_conn_info *conn)
 {
-    (void)userdata;
+    const struct tbm_fs *fs = userdata;
+
+    conn->max_read = fs->max_read;
     /* Every listing carries attributes: find and ls -l over a large tree then
      * need no lookup per entry. */
     if (conn->capable & FUSE_CAP_READDIRPLUS)

@@ -13,6 +13,7 @@ struct tbm_fs {
     const struct tbm_views *views;
     uid_t uid; /* owner of every file: whoever mounted */
     gid_t gid;
+    unsigned max_read; /* bytes per read request, as given in the mount options */
 };
 
 /* The operations to pass to fuse_session_new with a struct tbm_fs as userdata. */

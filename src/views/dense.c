@@ -51,16 +51,19 @@ static bool dense_servable(const struct tbm_views *v, size_t i)
     return t->header_sound && t->weights.ok && (!t->mask_usable || t->mask.ok);
 }
 
-/* Expands elements [first, first + count), count <= CHUNK, into out. */
+/* Expands elements [first, first + count), count <= CHUNK, into out.
+ * float32 weights are their own expansion: they are read straight into out
+ * and masked in place, one copy fewer than going through scratch. */
 static int expand_chunk(const struct tbm_views *v, const struct tbm_tensor *t, struct scratch *s,
                         uint64_t first, size_t count, float *out)
 {
     size_t es = tbm_precision_size(t->hdr.precision);
+    void *w = t->hdr.precision == TBM_FP32 ? (void *)out : s->weights;
     const uint8_t *mask = NULL;
     uint32_t m = t->hdr.nm_m;
     int r;
 
-    if ((r = tbm_pread_full(t->fd, s->weights, count * es, t->weights.off + first * es)) < 0)
+    if ((r = tbm_pread_full(t->fd, w, count * es, t->weights.off + first * es)) < 0)
         return r;
     if (t->mask_usable) {
         uint32_t wb = tbm_mask_word_bytes(m);
@@ -69,7 +72,8 @@ static int expand_chunk(const struct tbm_views *v, const struct tbm_tensor *t, s
             return r;
         mask = s->mask;
     }
-    tbm_expand(v->model->isa, t->hdr.precision, s->weights, mask, m, first, count, out);
+    if (w != out || mask)
+        tbm_expand(v->model->isa, t->hdr.precision, w, mask, m, first, count, out);
     return 0;
 }
 

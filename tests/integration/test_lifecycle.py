@@ -3,6 +3,7 @@
 usable, -f staying in the foreground and exiting 0 on fusermount3 -u, SIGTERM and SIGINT,
 the mount helper (mount -t fuse.tbmfs), -s, -V, TBMFS_KERNELS and clean unmounts."""
 
+import mmap
 import os
 import signal
 import subprocess
@@ -109,6 +110,62 @@ def options(suite, src, cont):
 
     suite.case("options: mount -t fuse -o ro TBMFS#SOURCE (mount helper)", mount_helper)
     helper.stop()
+    max_read(suite, src, cont)
+
+
+def mount_options(path):
+    with open("/proc/mounts") as f:
+        for line in f:
+            fields = line.split()
+            if fields[1] == path:
+                return fields[3].split(",")
+    raise harness.Failure("%s is not in /proc/mounts" % path)
+
+
+def raw_views(m):
+    """Every raw.tb of the mount, read with O_DIRECT in 1 MiB reads."""
+    out = {}
+    for name in sorted(os.listdir(m.p("tensors"))):
+        fd = os.open(m.p("tensors", name, "raw.tb"), os.O_RDONLY | os.O_DIRECT)
+        try:
+            buf = mmap.mmap(-1, 1 << 20)
+            chunks = []
+            while True:
+                n = os.readv(fd, [buf])
+                if n == 0:
+                    break
+                chunks.append(buf[:n])
+            out[name] = b"".join(chunks)
+        finally:
+            os.close(fd)
+    return out
+
+
+def max_read(suite, src, cont):
+    default, small = Mount(suite, src), Mount(suite, src, args=["-o", "max_read=4096"])
+
+    def requests():
+        eq(default.start(), 0, "exit code (%s)" % default.err.strip())
+        eq(small.start(), 0, "exit code (%s)" % small.err.strip())
+        check("max_read=524288" in mount_options(default.path),
+              "default options %s lack max_read=524288" % mount_options(default.path))
+        check("max_read=4096" in mount_options(small.path),
+              "options %s lack max_read=4096" % mount_options(small.path))
+        want = raw_views(default)
+        check(want and all(len(v) > 4096 for v in want.values()), "raw.tb views too small")
+        eq(raw_views(small), want, "raw.tb read through 4 KiB requests")
+        eq(read_all(small.p("index.json")), cont.index_bytes, "index.json")
+
+    suite.case("options: -o max_read=N sets the request size; 512 KiB by default", requests)
+    default.stop()
+    small.stop()
+
+    def refused():
+        rc, _, err = run_tbmfs([src, suite.tmp, "-o", "max_read=lots"])
+        eq(rc, 1, "exit code")
+        check("max_read=lots" in err, "message %r does not name the option" % err)
+
+    suite.case("options: -o max_read=lots is refused", refused)
 
 
 def kernels(suite, src):

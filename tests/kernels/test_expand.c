@@ -473,6 +473,43 @@ static void test_expand_random(void **state)
     }
 }
 
+/* float32 weights may be expanded in place, as dense.f32 does to save a copy. */
+static void test_expand_fp32_in_place(void **state)
+{
+    enum tbm_isa isa = state_isa(state);
+    size_t n = 70001;
+    uint8_t *w = malloc(n * 4);
+    uint8_t *mask = malloc(n);
+    uint32_t *want = malloc((n + 2 * GUARD) * sizeof *want);
+    float *inplace = malloc(n * sizeof *inplace);
+
+    skip_unless_supported(isa);
+    assert_non_null(w);
+    assert_non_null(mask);
+    assert_non_null(want);
+    assert_non_null(inplace);
+    random_weights(TBM_FP32, w, n);
+    random_mask(mask, n);
+    for (uint32_t m = 1; m <= 32; m++) {
+        uint32_t bytes = m <= 8 ? 1 : m <= 16 ? 2 : 4;
+        for (unsigned r = 0; r < 6; r++) {
+            uint64_t first = r == 0 ? 0 : rnd() % n;
+            size_t count = r == 0 ? n : rnd() % (n - first + 1);
+            const uint8_t *mk = r == 5 ? NULL : mask;
+
+            expand_range(TBM_ISA_SCALAR, TBM_FP32, w, mk, m, first, count, want);
+            memcpy(inplace, w + first * 4, count * 4);
+            tbm_expand(isa, TBM_FP32, inplace, mk ? mk + first / m * bytes : NULL, m, first, count,
+                       inplace);
+            assert_memory_equal(inplace, want + GUARD, count * 4);
+        }
+    }
+    free(inplace);
+    free(want);
+    free(mask);
+    free(w);
+}
+
 /* --- mask statistics --- */
 
 static struct tbm_mask_stats model_count(enum tbm_precision prec, const uint8_t *w,
@@ -604,11 +641,17 @@ static void test_count_random(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_precision_size), cmocka_unit_test(test_isa_select),
-        cmocka_unit_test(test_fp16_model),     PER_ISA(test_fp16_exhaustive),
-        PER_ISA(test_bf16_exhaustive),         PER_ISA(test_special_values),
-        PER_ISA(test_expand_by_hand),          PER_ISA(test_expand_random),
-        PER_ISA(test_count_by_hand),           PER_ISA(test_count_random),
+        cmocka_unit_test(test_precision_size),
+        cmocka_unit_test(test_isa_select),
+        cmocka_unit_test(test_fp16_model),
+        PER_ISA(test_fp16_exhaustive),
+        PER_ISA(test_bf16_exhaustive),
+        PER_ISA(test_special_values),
+        PER_ISA(test_expand_by_hand),
+        PER_ISA(test_expand_random),
+        PER_ISA(test_expand_fp32_in_place),
+        PER_ISA(test_count_by_hand),
+        PER_ISA(test_count_random),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);
