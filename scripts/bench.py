@@ -67,27 +67,21 @@ def gbps(size, secs):
     return size / secs / 1e9
 
 
-def median_rate(fn, runs):
-    rates = []
-    for _ in range(runs):
-        secs, size = fn()
-        rates.append(gbps(size, secs))
-    return statistics.median(rates)
+def rate(path, direct=False):
+    """GB/s of one dd of path."""
+    secs, size = dd(path, direct)
+    return gbps(size, secs)
 
 
-def fresh_read(source, mnt, rel, direct, runs):
-    """First read of a view: a new mount each run, so no page of it is cached."""
-    def once():
-        with Mount(source, mnt):
-            return dd(os.path.join(mnt, rel), direct)
-    return median_rate(once, runs)
-
-
-def cached_read(source, mnt, rel, runs):
+def view_reads(source, mnt, rel):
+    """One round of the three reads of a view: first buffered read of a fresh mount, a
+    cached re-read, and an O_DIRECT read (which bypasses the cache). GB/s of each."""
     with Mount(source, mnt):
         path = os.path.join(mnt, rel)
-        dd(path)
-        return median_rate(lambda: dd(path), runs)
+        first = rate(path)
+        cached = rate(path)
+        direct = rate(path, direct=True)
+    return {"first": first, "cached": cached, "direct": direct}
 
 
 NUMPY_SCRIPT = r"""
@@ -181,34 +175,44 @@ def main():
         "--name", "w32"])
     sh([PY, GEN, "many", many, "--count", "100000"])
 
+    # Every figure is measured once per round, the rounds one after another, so that
+    # a slow spell of this shared machine weighs on all figures alike, not on one.
+    kinds = (("fp16 2:4", fp16, "w16"), ("fp32 dense", fp32, "w32"))
+    samples = {}
+    for _ in range(runs):
+        for label, source, name in kinds:
+            samples.setdefault((label, "base"), []).append(rate(source))
+            for view in ("raw.tb", "dense.f32"):
+                got = view_reads(source, mnt, "tensors/%s/%s" % (name, view))
+                for how, speed in got.items():
+                    samples.setdefault((label, view, how), []).append(speed)
+    med = {key: statistics.median(v) for key, v in samples.items()}
+
     rows = []
-    base16 = median_rate(lambda: dd(fp16), runs)
-    base32 = median_rate(lambda: dd(fp32), runs)
-    rows.append(("1. dd bs=1M of fp16.tbm from the page cache (baseline)", base16, 1.0))
-    rows.append(("   dd bs=1M of fp32.tbm from the page cache", base32, 1.0))
-    for label, source, name, base in (("fp16 2:4", fp16, "w16", base16),
-                                      ("fp32 dense", fp32, "w32", base32)):
-        raw = "tensors/%s/raw.tb" % name
-        dense = "tensors/%s/dense.f32" % name
-        r_first = fresh_read(source, mnt, raw, False, runs)
-        r_direct = fresh_read(source, mnt, raw, True, runs)
-        r_cached = cached_read(source, mnt, raw, runs)
-        d_first = fresh_read(source, mnt, dense, False, runs)
-        d_direct = fresh_read(source, mnt, dense, True, runs)
-        d_cached = cached_read(source, mnt, dense, runs)
+    for i, (label, source, _) in enumerate(kinds):
+        base = med[(label, "base")]
+        rows.append(("%s dd bs=1M of %s from the page cache%s"
+                     % ("1." if i == 0 else "  ", os.path.basename(source),
+                        " (baseline)" if i == 0 else ""), base, 1.0))
+    for label, _, _ in kinds:
+        base = med[(label, "base")]
+        raw = {how: med[(label, "raw.tb", how)] for how in ("first", "direct", "cached")}
+        dense = {how: med[(label, "dense.f32", how)] for how in ("first", "direct", "cached")}
         rows += [
-            ("2. %s raw.tb first read" % label, r_first, r_first / base),
-            ("   %s raw.tb first read, O_DIRECT" % label, r_direct, r_direct / base),
-            ("   %s raw.tb cached re-read" % label, r_cached, r_cached / base),
-            ("3. %s dense.f32 first read (ratio to raw.tb)" % label, d_first, d_first / r_first),
-            ("   %s dense.f32 O_DIRECT (ratio to raw.tb)" % label, d_direct, d_direct / r_direct),
-            ("   %s dense.f32 cached re-read (ratio to raw.tb)" % label, d_cached,
-             d_cached / r_cached),
+            ("2. %s raw.tb first read" % label, raw["first"], raw["first"] / base),
+            ("   %s raw.tb first read, O_DIRECT" % label, raw["direct"], raw["direct"] / base),
+            ("   %s raw.tb cached re-read" % label, raw["cached"], raw["cached"] / base),
+            ("3. %s dense.f32 first read (ratio to raw.tb)" % label, dense["first"],
+             dense["first"] / raw["first"]),
+            ("   %s dense.f32 O_DIRECT (ratio to raw.tb)" % label, dense["direct"],
+             dense["direct"] / raw["direct"]),
+            ("   %s dense.f32 cached re-read (ratio to raw.tb)" % label, dense["cached"],
+             dense["cached"] / raw["cached"]),
         ]
 
     print("\n%-58s %10s %8s" % ("figure (median of %d)" % runs, "GB/s", "ratio"))
-    for label, rate, ratio in rows:
-        print("%-58s %10.2f %8.2f" % (label, rate, ratio))
+    for label, speed, ratio in rows:
+        print("%-58s %10.2f %8.2f" % (label, speed, ratio))
 
     np_secs, cp_secs, same = numpy_vs_cp(fp16, mnt, "w16", runs)
     print("\n4. NumPy script (read .tbm, expand, write .npy to /dev/shm): %.3f s" % np_secs)
