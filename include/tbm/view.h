@@ -71,6 +71,22 @@ int tbm_view_size(const struct tbm_views *views, enum tbm_view_kind kind, size_t
 int tbm_view_read(const struct tbm_views *views, enum tbm_view_kind kind, size_t t, char *buf,
                   uint64_t off, size_t len, size_t *got);
 
+/* Where bytes of a view lie in the source, for views that are byte ranges of
+ * it (raw.tb, weights.bin, mask.bin). */
+struct tbm_source_range {
+    int fd;       /* -1 when the range is empty: off is at or past the end */
+    uint64_t pos; /* offset in fd */
+    size_t len;   /* short only at the end of the view */
+};
+
+/* Locates up to len bytes at off of view kind of tensor t in the source, so
+ * that they can be handed to the kernel without a copy (splice). Returns 1
+ * and fills out for such a view; 0 for a view that is computed (read it with
+ * tbm_view_read); TBM_ERR_BROKEN as tbm_view_read; TBM_ERR_IO when the
+ * source no longer holds the range (it has shrunk since the mount). */
+int tbm_view_locate(const struct tbm_views *views, enum tbm_view_kind kind, size_t t, uint64_t off,
+                    size_t len, struct tbm_source_range *out);
+
 /* Produces the whole content of a snapshot view into a malloc'd buffer. */
 int tbm_view_generate(const struct tbm_views *views, enum tbm_view_kind kind, size_t t, char **out,
                       size_t *len);

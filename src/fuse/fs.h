@@ -5,6 +5,7 @@
 
 #define FUSE_USE_VERSION FUSE_MAKE_VERSION(3, 12)
 #include <fuse_lowlevel.h>
+#include <stdbool.h>
 
 #include "tbm/view.h"
 
@@ -14,6 +15,7 @@ struct tbm_fs {
     uid_t uid; /* owner of every file: whoever mounted */
     gid_t gid;
     unsigned max_read; /* bytes per read request, as given in the mount options */
+    bool splice;       /* set by init: byte ranges of the source are spliced */
 };
 
 /* The operations to pass to fuse_session_new with a struct tbm_fs as userdata. */

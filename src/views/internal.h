@@ -18,6 +18,8 @@ struct tbm_view_ops {
     int (*read)(const struct tbm_views *v, size_t t, char *buf, uint64_t off, size_t len,
                 size_t *got);
     int (*generate)(const struct tbm_views *v, size_t t, char **out, size_t *len);
+    /* NULL unless the view is a byte range of the source */
+    const struct tbm_region *(*region)(const struct tbm_tensor *t);
     /* NULL when every tensor's view can be served */
     bool (*servable)(const struct tbm_views *v, size_t t);
     bool unsized; /* produced at open; stat reports size 0 */

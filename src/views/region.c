@@ -2,28 +2,25 @@
  * stored once validation has found them sound. */
 #include "internal.h"
 
-static const struct tbm_region *region_of(const struct tbm_tensor *t, int which)
-{
-    return which == 0 ? &t->raw : which == 1 ? &t->weights : &t->mask;
-}
+typedef const struct tbm_region *(*region_fn)(const struct tbm_tensor *t);
 
-static bool region_servable(const struct tbm_views *v, size_t t, int which)
+static bool region_servable(const struct tbm_views *v, size_t t, region_fn region)
 {
     const struct tbm_tensor *tensor = &v->model->tensors[t];
-    return tensor->header_sound && region_of(tensor, which)->ok;
+    return tensor->header_sound && region(tensor)->ok;
 }
 
-static int region_size(const struct tbm_views *v, size_t t, int which, uint64_t *size)
+static int region_size(const struct tbm_views *v, size_t t, region_fn region, uint64_t *size)
 {
-    *size = region_of(&v->model->tensors[t], which)->len;
+    *size = region(&v->model->tensors[t])->len;
     return 0;
 }
 
-static int region_read(const struct tbm_views *v, size_t t, int which, char *buf, uint64_t off,
-                       size_t len, size_t *got)
+static int region_read(const struct tbm_views *v, size_t t, region_fn region, char *buf,
+                       uint64_t off, size_t len, size_t *got)
 {
     const struct tbm_tensor *tensor = &v->model->tensors[t];
-    const struct tbm_region *r = region_of(tensor, which);
+    const struct tbm_region *r = region(tensor);
 
     if (off >= r->len) {
         *got = 0;
@@ -37,69 +34,87 @@ static int region_read(const struct tbm_views *v, size_t t, int which, char *buf
     return 0;
 }
 
+static const struct tbm_region *raw_region(const struct tbm_tensor *t)
+{
+    return &t->raw;
+}
+
+static const struct tbm_region *weights_region(const struct tbm_tensor *t)
+{
+    return &t->weights;
+}
+
+static const struct tbm_region *mask_region(const struct tbm_tensor *t)
+{
+    return &t->mask;
+}
+
 static int raw_size(const struct tbm_views *v, size_t t, uint64_t *size)
 {
-    return region_size(v, t, 0, size);
+    return region_size(v, t, raw_region, size);
 }
 
 static int raw_read(const struct tbm_views *v, size_t t, char *buf, uint64_t off, size_t len,
                     size_t *got)
 {
-    return region_read(v, t, 0, buf, off, len, got);
+    return region_read(v, t, raw_region, buf, off, len, got);
+}
+
+static bool raw_servable(const struct tbm_views *v, size_t t)
+{
+    return region_servable(v, t, raw_region);
 }
 
 static int weights_size(const struct tbm_views *v, size_t t, uint64_t *size)
 {
-    return region_size(v, t, 1, size);
+    return region_size(v, t, weights_region, size);
 }
 
 static int weights_read(const struct tbm_views *v, size_t t, char *buf, uint64_t off, size_t len,
                         size_t *got)
 {
-    return region_read(v, t, 1, buf, off, len, got);
+    return region_read(v, t, weights_region, buf, off, len, got);
+}
+
+static bool weights_servable(const struct tbm_views *v, size_t t)
+{
+    return region_servable(v, t, weights_region);
 }
 
 static int mask_size(const struct tbm_views *v, size_t t, uint64_t *size)
 {
-    return region_size(v, t, 2, size);
+    return region_size(v, t, mask_region, size);
 }
 
 static int mask_read(const struct tbm_views *v, size_t t, char *buf, uint64_t off, size_t len,
                      size_t *got)
 {
-    return region_read(v, t, 2, buf, off, len, got);
-}
-
-static bool raw_servable(const struct tbm_views *v, size_t t)
-{
-    return region_servable(v, t, 0);
-}
-
-static bool weights_servable(const struct tbm_views *v, size_t t)
-{
-    return region_servable(v, t, 1);
+    return region_read(v, t, mask_region, buf, off, len, got);
 }
 
 static bool mask_servable(const struct tbm_views *v, size_t t)
 {
-    return region_servable(v, t, 2);
+    return region_servable(v, t, mask_region);
 }
 
 const struct tbm_view_ops tbm_raw_view = {
     .name = "raw.tb",
     .size = raw_size,
     .read = raw_read,
+    .region = raw_region,
     .servable = raw_servable,
 };
 const struct tbm_view_ops tbm_weights_view = {
     .name = "weights.bin",
     .size = weights_size,
     .read = weights_read,
+    .region = weights_region,
     .servable = weights_servable,
 };
 const struct tbm_view_ops tbm_mask_view = {
     .name = "mask.bin",
     .size = mask_size,
     .read = mask_read,
+    .region = mask_region,
     .servable = mask_servable,
 };

@@ -5,6 +5,7 @@
 #include <json-c/json.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 static const struct tbm_view_ops *const ops[TBM_VIEW_COUNT] = {
     [TBM_VIEW_INDEX_JSON] = &tbm_index_json_view,
@@ -90,6 +91,30 @@ int tbm_view_read(const struct tbm_views *v, enum tbm_view_kind kind, size_t t, 
     tbm_copy_range(buf, off, len, doc, doclen, got);
     free(doc);
     return 0;
+}
+
+int tbm_view_locate(const struct tbm_views *v, enum tbm_view_kind kind, size_t t, uint64_t off,
+                    size_t len, struct tbm_source_range *out)
+{
+    struct stat st;
+
+    *out = (struct tbm_source_range){.fd = -1};
+    if (!ops[kind]->region)
+        return 0;
+    if (!tbm_view_servable(v, kind, t))
+        return TBM_ERR_BROKEN;
+    const struct tbm_tensor *tensor = &v->model->tensors[t];
+    const struct tbm_region *r = ops[kind]->region(tensor);
+    if (off >= r->len)
+        return 1;
+    out->fd = tensor->fd;
+    out->pos = r->off + off;
+    out->len = r->len - off < len ? (size_t)(r->len - off) : len;
+    /* The range was inside the file at mount; a source that has shrunk since
+     * gives EIO, as a short pread does for tbm_view_read. */
+    if (fstat(out->fd, &st) < 0 || (uint64_t)st.st_size < out->pos + out->len)
+        return TBM_ERR_IO;
+    return 1;
 }
 
 int tbm_view_generate(const struct tbm_views *v, enum tbm_view_kind kind, size_t t, char **out,
