@@ -1,20 +1,32 @@
 #!/usr/bin/env bash
-# Fuzzes the source-opening path with libFuzzer under ASan and UBSan (clang):
-# configures the fuzz build if needed, runs the target for a bounded time on a
-# copy of the seed and regression corpora, keeps every finding in
-# tests/fuzz/regressions/ and exits non-zero if there was one.
+# Fuzzes with libFuzzer under ASan and UBSan (clang): configures the fuzz build
+# if needed, runs a target for a bounded time on a copy of its seed and
+# regression corpora, keeps every finding with its regressions and exits
+# non-zero if there was one.
 #
 # Usage: scripts/fuzz.sh [SECONDS] [libFuzzer options...]   (default 60 s)
-# FUZZ_BUILD names the build directory (default build-fuzz). FUZZ_CORPUS names
-# a directory that keeps the grown corpus across runs (default: a temporary
-# copy, removed at the end).
+# FUZZ_TARGET picks the target: fuzz_source (default), the source-opening path
+# (seeds in tests/fuzz/corpus, findings in tests/fuzz/regressions), or
+# fuzz_split, parsing an index in slices against parsing it whole
+# (tests/fuzz/split_corpus, tests/fuzz/split_regressions). FUZZ_BUILD names the
+# build directory (default build-fuzz). FUZZ_CORPUS names a directory that
+# keeps the grown corpus across runs (default: a temporary copy, removed at
+# the end).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 seconds=${1:-60}
 [ $# -gt 0 ] && shift
 build=${FUZZ_BUILD:-build-fuzz}
-regressions=tests/fuzz/regressions
+target=${FUZZ_TARGET:-fuzz_source}
+case "$target" in
+fuzz_source) seeds_dir=tests/fuzz/corpus regressions=tests/fuzz/regressions ;;
+fuzz_split) seeds_dir=tests/fuzz/split_corpus regressions=tests/fuzz/split_regressions ;;
+*)
+    echo "fuzz: FUZZ_TARGET=$target: not fuzz_source or fuzz_split" >&2
+    exit 2
+    ;;
+esac
 
 # fuzzer-no-link gives every target, the library included, the coverage
 # instrumentation libFuzzer steers by; UBSan findings abort instead of going on.
@@ -22,14 +34,14 @@ if [ ! -f "$build/build.ninja" ]; then
     CC=clang meson setup "$build" -Dfuzz=true -Db_sanitize=address,undefined -Db_lundef=false \
         -Dc_args='-fsanitize=fuzzer-no-link -fno-sanitize-recover=all'
 fi
-ninja -C "$build" tests/fuzz/fuzz_source
+ninja -C "$build" "tests/fuzz/$target"
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/tbm-fuzz-run.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 mkdir "$work/artifacts"
 corpus=${FUZZ_CORPUS:-$work/corpus}
 mkdir -p "$corpus"
-cp tests/fuzz/corpus/* "$corpus/"
+cp "$seeds_dir"/* "$corpus/"
 if [ -d "$regressions" ]; then
     find "$regressions" -maxdepth 1 -type f -exec cp {} "$corpus/" \;
 fi
@@ -37,11 +49,11 @@ seeds=$(find "$corpus" -type f | wc -l)
 
 export ASAN_OPTIONS=${ASAN_OPTIONS:-abort_on_error=1:detect_leaks=1:allocator_may_return_null=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-halt_on_error=1:abort_on_error=1:print_stacktrace=1}
-log="$build/fuzz.log"
+log="$build/$target.log"
 status=0
 # The target's own scratch directory goes under $work too, so that a run that
 # stops on a finding leaves nothing behind.
-TMPDIR="$work" "$build/tests/fuzz/fuzz_source" -max_total_time="$seconds" -timeout=10 \
+TMPDIR="$work" "$build/tests/fuzz/$target" -max_total_time="$seconds" -timeout=10 \
     -rss_limit_mb=2048 -max_len=32768 -dict=tests/fuzz/fuzz_source.dict -print_final_stats=1 \
     -artifact_prefix="$work/artifacts/" "$@" "$corpus" > "$log" 2>&1 || status=$?
 
@@ -57,7 +69,7 @@ done
 
 execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -n 1)
 grown=$(find "$corpus" -type f | wc -l)
-echo "fuzz: ${execs:-unknown} executions in ${seconds} s; corpus ${seeds} -> ${grown} inputs" \
+echo "fuzz: $target: ${execs:-unknown} executions in ${seconds} s; corpus ${seeds} -> ${grown} inputs" \
     "(log: $log)"
 if [ "$status" -ne 0 ] || [ "$findings" -ne 0 ]; then
     tail -n 40 "$log"

@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # Installs what is missing, builds tbmfs and runs every test: the whole suite
 # (unit tests and real FUSE mounts) in a normal build and again under ASan and
-# UBSan, then a bounded libFuzzer run over the source-opening path. Mounting
+# UBSan, then bounded libFuzzer runs over the source-opening path and the
+# sliced index parse. Mounting
 # needs root or a user allowed to use /dev/fuse.
 #
 # Usage: scripts/test.sh [--quick] [meson test arguments...]
 #   --quick   only the normal build's suite
-#   TBMFS_FUZZ_SECONDS (default 60) bounds the fuzz run.
+#   TBMFS_FUZZ_SECONDS (default 60) bounds each fuzz run.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -47,3 +48,4 @@ ninja -C build-asan || exit 1
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 suite build-asan "$@" || exit 1
 
 scripts/fuzz.sh "${TBMFS_FUZZ_SECONDS:-60}" || exit 1
+FUZZ_TARGET=fuzz_split scripts/fuzz.sh "${TBMFS_FUZZ_SECONDS:-60}" || exit 1

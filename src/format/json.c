@@ -2,6 +2,7 @@
  * UTF-8 validation, every value's type checked before it is used. */
 #include "internal.h"
 
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -98,6 +99,33 @@ static bool rest_is_whitespace(const struct tbm_json_piece *pieces, size_t npiec
     return true;
 }
 
+/* json-c's strict mode still takes NaN, Infinity and -Infinity, which RFC
+ * 8259 does not have and which it would write back as such into header.json
+ * and model.json; a number beyond a double's range reads as infinite too. */
+static bool all_finite(struct json_object *obj)
+{
+    switch (json_object_get_type(obj)) {
+    case json_type_double:
+        return isfinite(json_object_get_double(obj));
+    case json_type_array:
+        for (size_t i = 0; i < json_object_array_length(obj); i++)
+            if (!all_finite(json_object_array_get_idx(obj, i)))
+                return false;
+        return true;
+    case json_type_object: {
+        json_object_object_foreach(obj, key, value)
+        {
+            (void)key;
+            if (!all_finite(value))
+                return false;
+        }
+        return true;
+    }
+    default:
+        return true;
+    }
+}
+
 struct json_object *tbm_json_parse_pieces(const struct tbm_json_piece *pieces, size_t npieces,
                                           int depth, const char **why)
 {
@@ -137,6 +165,11 @@ struct json_object *tbm_json_parse_pieces(const struct tbm_json_piece *pieces, s
     if (!took_all && !rest_is_whitespace(pieces, npieces, k - 1, end)) {
         json_object_put(obj);
         *why = "JSON has trailing bytes after its value";
+        return NULL;
+    }
+    if (!all_finite(obj)) {
+        json_object_put(obj);
+        *why = "JSON has a number that is NaN, infinite or beyond a double's range";
         return NULL;
     }
     return obj;

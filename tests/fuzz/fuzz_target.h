@@ -6,7 +6,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* Runs one input through the source-opening path; aborts on a broken
+/* Runs one input through the target; aborts on a broken
  * invariant. Always returns 0, as libFuzzer requires. */
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

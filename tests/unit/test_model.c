@@ -200,6 +200,10 @@ static void test_refused_containers(void **state)
                  "not valid JSON");
     open_refused(container("comma.tbm", &b, 1, "{\"tensors\":[],}", 0), TBM_ERR_SOURCE,
                  "not valid JSON");
+    open_refused(container("nan.tbm", &b, 1, "{\"tensors\":[],\"config\":{\"x\":NaN}}", 0),
+                 TBM_ERR_SOURCE, "NaN, infinite");
+    open_refused(container("inf.tbm", &b, 1, "{\"tensors\":[{\"shape\":[1e999]}]}", 0),
+                 TBM_ERR_SOURCE, "NaN, infinite");
     char deep[300] = "{\"tensors\":[],\"x\":";
     size_t n = strlen(deep);
     for (int i = 0; i < 100; i++)

@@ -121,6 +121,10 @@ static void test_invalid_documents_fail_alike(void **state)
     assert_int_equal(agree("{\"tensors\":[1]} x"), 0);
     assert_int_equal(agree("{\"tensors\":[1],}"), 0);
     assert_int_equal(agree("{\"tensors\":[1],\"x\":}"), 0);
+    assert_int_equal(agree("{\"tensors\":[NaN]}"), 0);
+    assert_int_equal(agree("{\"tensors\":[{\"shape\":[-Infinity]}]}"), 0);
+    assert_int_equal(agree("{\"tensors\":[1e999]}"), 0);
+    assert_int_equal(agree("{\"tensors\":[],\"config\":{\"x\":Infinity}}"), 0);
 }
 
 static void test_unplain_documents_not_split(void **state)
