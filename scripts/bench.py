@@ -38,12 +38,12 @@ def dd(path, direct=False):
 
 
 class Mount:
-    def __init__(self, source, mnt):
-        self.source, self.mnt = source, mnt
+    def __init__(self, source, mnt, args=()):
+        self.source, self.mnt, self.args = source, mnt, list(args)
 
     def __enter__(self):
         os.makedirs(self.mnt, exist_ok=True)
-        sh(["timeout", "120", TBMFS, self.source, self.mnt])
+        sh(["timeout", "120", TBMFS, self.source, self.mnt] + self.args)
         return self
 
     def __exit__(self, *exc):
@@ -73,10 +73,10 @@ def rate(path, direct=False):
     return gbps(size, secs)
 
 
-def view_reads(source, mnt, rel):
+def view_reads(source, mnt, rel, args=()):
     """One round of the three reads of a view: first buffered read of a fresh mount, a
     cached re-read, and an O_DIRECT read (which bypasses the cache). GB/s of each."""
-    with Mount(source, mnt):
+    with Mount(source, mnt, args):
         path = os.path.join(mnt, rel)
         first = rate(path)
         cached = rate(path)
@@ -143,6 +143,24 @@ def peak_rss_streaming(source, mnt, rel, total):
         with open("/proc/%d/status" % pid) as f:
             status = f.read()
     return int(re.search(r"VmHWM:\s+(\d+)", status).group(1)), done
+
+
+KNOBS = (("default: 512 KiB requests, raw spliced", []),
+         ("-o nosplice: 512 KiB requests, raw read by pread", ["-o", "nosplice"]),
+         ("-o max_read=1048576: 1 MiB requests, pread", ["-o", "max_read=1048576"]))
+
+
+def knobs(source, mnt, name, runs):
+    """The request-size and splice choices side by side, rounds interleaved:
+    {(knob label, view, how): median GB/s}."""
+    samples = {}
+    for _ in range(runs):
+        for label, args in KNOBS:
+            for view in ("raw.tb", "dense.f32"):
+                got = view_reads(source, mnt, "tensors/%s/%s" % (name, view), args)
+                for how in ("first", "direct"):
+                    samples.setdefault((label, view, how), []).append(got[how])
+    return {key: statistics.median(v) for key, v in samples.items()}
 
 
 def mount_and_find(source, mnt, runs):
@@ -226,6 +244,15 @@ def main():
     mount_s, find_s, entries = mount_and_find(many, mnt, max(3, runs // 2))
     print("\n6. 100,000-tensor index: mount %.3f s, find MNT | wc -l (%d entries) %.3f s"
           % (mount_s, entries, find_s))
+
+    print("\n7. the knobs side by side, fp16 2:4 tensor, GB/s (median of %d):" % runs)
+    print("   %-50s %9s %9s %9s %9s" % ("", "raw first", "raw O_DIR", "dns first",
+                                       "dns O_DIR"))
+    got = knobs(fp16, mnt, "w16", runs)
+    for label, _ in KNOBS:
+        print("   %-50s %9.2f %9.2f %9.2f %9.2f" % (
+            label, got[(label, "raw.tb", "first")], got[(label, "raw.tb", "direct")],
+            got[(label, "dense.f32", "first")], got[(label, "dense.f32", "direct")]))
     subprocess.run(["rm", "-rf", work])
 
 

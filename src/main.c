@@ -22,6 +22,7 @@ struct cli {
     int strict;
     unsigned batch;
     unsigned max_read; /* 0 until -o max_read= is seen */
+    int nosplice;
 };
 
 /* Bytes per read request. Smaller than the kernel's 1 MiB ceiling on
@@ -35,6 +36,7 @@ enum { KEY_CHECK, KEY_MAX_READ };
 
 static const struct fuse_opt cli_opts[] = {
     {"strict", offsetof(struct cli, strict), 1},
+    {"nosplice", offsetof(struct cli, nosplice), 1},
     {"selftest_batch=%u", offsetof(struct cli, batch), 0},
     FUSE_OPT_KEY("--check", KEY_CHECK),
     FUSE_OPT_KEY("max_read=", KEY_MAX_READ),
@@ -83,6 +85,8 @@ static void usage(const char *prog)
            "                           most 1024; 1 compares with cblas_sgemv)\n"
            "    -o max_read=N          bytes per read request (default 524288; the\n"
            "                           kernel caps it at 1 MiB)\n"
+           "    -o nosplice            read raw.tb, weights.bin and mask.bin into a\n"
+           "                           buffer instead of splicing them from the source\n"
            "    TBMFS_KERNELS=scalar|avx2|avx512 in the environment forces a kernel\n\n",
            prog, prog);
 }
@@ -166,10 +170,9 @@ static int add_mount_options(struct fuse_args *args, const char *path, unsigned 
     return r;
 }
 
-static int serve(struct fuse_args *args, const struct fuse_cmdline_opts *opts,
-                 const struct tbm_fs *fs)
+static int serve(struct fuse_args *args, const struct fuse_cmdline_opts *opts, struct tbm_fs *fs)
 {
-    struct fuse_session *se = fuse_session_new(args, &tbm_fs_ops, sizeof(tbm_fs_ops), (void *)fs);
+    struct fuse_session *se = fuse_session_new(args, &tbm_fs_ops, sizeof(tbm_fs_ops), fs);
     int r = 1;
 
     if (!se)

@@ -60,10 +60,10 @@ static void op_init(void *userdata, struct fuse_conn_info *conn)
     /* raw.tb, weights.bin and mask.bin are spliced from the source's page
      * cache into the reply: one copy fewer, and no pinning of a reply buffer
      * page by page. Side by side on 2 cores, raw.tb read 23-28% faster. */
-    if ((conn->capable & FUSE_CAP_SPLICE_WRITE) && reply_fits_pipe(fs->max_read)) {
+    fs->splice =
+        fs->splice && (conn->capable & FUSE_CAP_SPLICE_WRITE) && reply_fits_pipe(fs->max_read);
+    if (fs->splice)
         conn->want |= FUSE_CAP_SPLICE_WRITE;
-        fs->splice = true;
-    }
     /* Every listing carries attributes: find and ls -l over a large tree then
      * need no lookup per entry. */
     if (conn->capable & FUSE_CAP_READDIRPLUS)

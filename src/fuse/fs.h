@@ -15,10 +15,12 @@ struct tbm_fs {
     uid_t uid; /* owner of every file: whoever mounted */
     gid_t gid;
     unsigned max_read; /* bytes per read request, as given in the mount options */
-    bool splice;       /* set by init: byte ranges of the source are spliced */
+    bool splice;       /* byte ranges of the source are spliced: wanted, then
+                        * kept by init only if the kernel and pipe allow */
 };
 
-/* The operations to pass to fuse_session_new with a struct tbm_fs as userdata. */
+/* The operations to pass to fuse_session_new with a struct tbm_fs as userdata;
+ * init settles its splice field. */
 extern const struct fuse_lowlevel_ops tbm_fs_ops;
 
 /* Best effort, for root only: raises the readahead of the tbmfs mount on

@@ -143,14 +143,16 @@ def raw_views(m):
 
 def max_read(suite, src, cont):
     # 512 KiB replies are spliced from the source, 4 KiB ones copied by libfuse, and
-    # 1 MiB ones (too large for an unprivileged pipe) read by the daemon itself.
+    # 1 MiB ones (too large for an unprivileged pipe) or -o nosplice read by the daemon.
     default, small = Mount(suite, src), Mount(suite, src, args=["-o", "max_read=4096"])
     large = Mount(suite, src, args=["-o", "max_read=1048576"])
+    nosplice = Mount(suite, src, args=["-o", "nosplice"])
 
     def requests():
         eq(default.start(), 0, "exit code (%s)" % default.err.strip())
         eq(small.start(), 0, "exit code (%s)" % small.err.strip())
         eq(large.start(), 0, "exit code (%s)" % large.err.strip())
+        eq(nosplice.start(), 0, "exit code (%s)" % nosplice.err.strip())
         check("max_read=524288" in mount_options(default.path),
               "default options %s lack max_read=524288" % mount_options(default.path))
         check("max_read=4096" in mount_options(small.path),
@@ -159,12 +161,13 @@ def max_read(suite, src, cont):
         check(want and all(len(v) > 4096 for v in want.values()), "raw.tb views too small")
         eq(raw_views(small), want, "raw.tb read through 4 KiB requests")
         eq(raw_views(large), want, "raw.tb read through 1 MiB requests")
+        eq(raw_views(nosplice), want, "raw.tb read with -o nosplice")
         eq(read_all(small.p("index.json")), cont.index_bytes, "index.json")
 
-    suite.case("options: -o max_read=N sets the request size; 512 KiB by default", requests)
-    default.stop()
-    small.stop()
-    large.stop()
+    suite.case("options: -o max_read=N sets the request size; 512 KiB by default; -o nosplice",
+               requests)
+    for m in (default, small, large, nosplice):
+        m.stop()
 
     def refused():
         rc, _, err = run_tbmfs([src, suite.tmp, "-o", "max_read=lots"])
