@@ -53,6 +53,7 @@ log="$build/$target.log"
 status=0
 # The target's own scratch directory goes under $work too, so that a run that
 # stops on a finding leaves nothing behind.
+# One dictionary serves both targets: its JSON keys and values matter to both.
 TMPDIR="$work" "$build/tests/fuzz/$target" -max_total_time="$seconds" -timeout=10 \
     -rss_limit_mb=2048 -max_len=32768 -dict=tests/fuzz/fuzz_source.dict -print_final_stats=1 \
     -artifact_prefix="$work/artifacts/" "$@" "$corpus" > "$log" 2>&1 || status=$?

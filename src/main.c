@@ -53,12 +53,14 @@ static int cli_proc(void *data, const char *arg, int key, struct fuse_args *outa
         return 0;
     }
     if (key == KEY_MAX_READ) {
-        /* given to libfuse again by add_mount_options */
+        /* given to libfuse again by add_mount_options; the kernel takes no
+         * less than a page */
+        const char *digits = arg + strlen("max_read=");
         char *end;
         errno = 0;
-        unsigned long v = strtoul(arg + strlen("max_read="), &end, 10);
-        if (errno || *end || v == 0 || v > UINT_MAX || arg[strlen("max_read=")] == '-') {
-            fprintf(stderr, "tbmfs: %s: not a size in bytes\n", arg);
+        unsigned long v = strtoul(digits, &end, 10);
+        if (*digits < '0' || *digits > '9' || errno || *end || v < 4096 || v > UINT_MAX) {
+            fprintf(stderr, "tbmfs: %s: must be a number of bytes, at least 4096\n", arg);
             return -1;
         }
         cli->max_read = (unsigned)v;
@@ -83,12 +85,12 @@ static void usage(const char *prog)
            "    -o strict              refuse to mount when any tensor has a problem\n"
            "    -o selftest_batch=N    columns of the self-test's matrix X (default 8, at\n"
            "                           most 1024; 1 compares with cblas_sgemv)\n"
-           "    -o max_read=N          bytes per read request (default 524288; the\n"
-           "                           kernel caps it at 1 MiB)\n"
+           "    -o max_read=N          bytes per read request, at least 4096 (default\n"
+           "                           %u; the kernel caps it at 1 MiB)\n"
            "    -o nosplice            read raw.tb, weights.bin and mask.bin into a\n"
            "                           buffer instead of splicing them from the source\n"
            "    TBMFS_KERNELS=scalar|avx2|avx512 in the environment forces a kernel\n\n",
-           prog, prog);
+           prog, prog, MAX_READ_DEFAULT);
 }
 
 /* A manifest keeps one open file per tensor for the whole mount, so the
@@ -298,8 +300,12 @@ int main(int argc, char *argv[])
      * runs inside a FUSE worker; more BLAS threads would only fight the other
      * workers for the CPUs and skew the comparison. */
     openblas_set_num_threads(1);
-    struct tbm_fs fs = {
-        .model = model, .views = views, .uid = getuid(), .gid = getgid(), .max_read = cli.max_read};
+    struct tbm_fs fs = {.model = model,
+                        .views = views,
+                        .uid = getuid(),
+                        .gid = getgid(),
+                        .max_read = cli.max_read,
+                        .splice = !cli.nosplice};
     status = serve(&args, &opts, &fs);
 out:
     tbm_views_close(views);

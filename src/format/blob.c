@@ -52,18 +52,29 @@ int tbm_reader_read(struct tbm_reader *r, int fd, void *dst, size_t len, uint64_
     if (fd == r->fd && off >= r->start && off - r->start <= r->len &&
         len <= r->len - (off - r->start)) {
         memcpy(dst, r->buf + (off - r->start), len);
+        r->hit = true;
         return 0;
     }
     if (len > TBM_READER_WINDOW / 2)
         return tbm_pread_full(fd, dst, len, off);
     if (!r->buf && !(r->buf = malloc(TBM_READER_WINDOW)))
         return TBM_ERR_NOMEM;
-    ssize_t n = pread_upto(fd, r->buf, TBM_READER_WINDOW, off);
-    r->fd = n < 0 ? -1 : fd;
+    /* A window that served more than the read that filled it earns a larger
+     * one; one that did not starts small again, so that the headers of large
+     * tensors, far apart, cost small reads. */
+    r->size = r->hit ? 2 * r->size : TBM_READER_FIRST;
+    r->size = r->size > TBM_READER_WINDOW ? TBM_READER_WINDOW : r->size < len ? len : r->size;
+    r->hit = false;
+    ssize_t n = pread_upto(fd, r->buf, r->size, off);
+    if (n < 0 || (size_t)n < len) {
+        /* Only the bytes asked for decide whether the read fails: an error
+         * further on belongs to whatever lies there. */
+        r->fd = -1;
+        return tbm_pread_full(fd, dst, len, off);
+    }
+    r->fd = fd;
     r->start = off;
-    r->len = n < 0 ? 0 : (size_t)n;
-    if (r->len < len)
-        return TBM_ERR_IO;
+    r->len = (size_t)n;
     memcpy(dst, r->buf, len);
     return 0;
 }

@@ -13,6 +13,9 @@
  * number is capped before parsing: 2 Mi containers, about 2 GiB at worst. A
  * 100,000-tensor index holds 200,000. */
 #define TBM_JSON_CONTAINERS_MAX (2u << 20)
+/* Entries of a "tensors" array: each tensor's is an object, so no valid
+ * index has more; the cap also bounds the table before any entry is parsed. */
+#define TBM_INDEX_ENTRIES_MAX TBM_JSON_CONTAINERS_MAX
 
 /* Appends a printf-formatted message to list. Returns 0 or TBM_ERR_NOMEM. */
 int tbm_strlist_addf(struct tbm_strlist *list, const char *fmt, ...)
@@ -35,7 +38,8 @@ struct tbm_json_piece {
 };
 
 /* Parses the concatenation of npieces pieces as tbm_json_parse_strict does,
- * with nesting depth at most depth, but without checking the limits. */
+ * with nesting depth at most depth, but without checking the limits (so each
+ * piece is within TBM_INDEX_MAX). */
 struct json_object *tbm_json_parse_pieces(const struct tbm_json_piece *pieces, size_t npieces,
                                           int depth, const char **why);
 
@@ -55,6 +59,7 @@ struct tbm_json_split {
  * 1 when split, 0 when the text is not plainly such an object (one
  * "tensors" key, no escapes in root keys, within the limits, balanced):
  * then it is to be parsed whole, which also gives the reason it is invalid.
+ * TBM_ERR_SOURCE when the array has more than TBM_INDEX_ENTRIES_MAX entries,
  * TBM_ERR_NOMEM when out of memory. */
 int tbm_json_split(const char *buf, size_t len, struct tbm_json_split *out);
 void tbm_json_split_free(struct tbm_json_split *split);
@@ -64,8 +69,9 @@ void tbm_json_split_free(struct tbm_json_split *split);
 struct json_object *tbm_json_split_root(const char *buf, size_t len,
                                         const struct tbm_json_split *split);
 
-/* Elements [first, end) as a json-c array, or NULL unless their text parses
- * as exactly end - first values (so a mis-split can never pass as valid). */
+/* Elements [first, end), first < end, as a json-c array, or NULL unless their
+ * text parses as exactly end - first values (so a mis-split can never pass as
+ * valid). */
 struct json_object *tbm_json_split_elements(const char *buf, const struct tbm_json_split *split,
                                             size_t first, size_t end);
 
@@ -90,10 +96,13 @@ int tbm_entry_parse(struct json_object *entry, size_t i, struct tbm_tensor *t, s
  * tensors of a large index lie side by side, and one pread per window rather
  * than per header or region saved a third of a 100,000-tensor mount. */
 #define TBM_READER_WINDOW (256u << 10)
+#define TBM_READER_FIRST  (16u << 10)
 struct tbm_reader {
     int fd; /* whose bytes buf holds; -1 for none */
     uint64_t start;
     size_t len;
+    size_t size;        /* bytes the last refill asked for */
+    bool hit;           /* the window served a read besides the one that filled it */
     unsigned char *buf; /* TBM_READER_WINDOW bytes, allocated at first use */
 };
 #define TBM_READER_INIT                                                                            \
@@ -102,7 +111,8 @@ struct tbm_reader {
     }
 
 /* Reads exactly len bytes at off of fd, from the window when it holds them;
- * larger reads bypass it. TBM_ERR_IO on a short read, TBM_ERR_NOMEM. */
+ * reads over half a window bypass it. TBM_ERR_IO when those bytes cannot be
+ * read, TBM_ERR_NOMEM. */
 int tbm_reader_read(struct tbm_reader *r, int fd, void *dst, size_t len, uint64_t off);
 void tbm_reader_free(struct tbm_reader *r);
 

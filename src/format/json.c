@@ -2,6 +2,7 @@
  * UTF-8 validation, every value's type checked before it is used. */
 #include "internal.h"
 
+#include <assert.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -87,7 +88,8 @@ static size_t containers_at_most(const char *buf, size_t len)
     return n;
 }
 
-/* Bytes after a parsed value: pieces[k] from end on, then every later piece. */
+/* Whether only whitespace follows the value that ended at end of pieces[k]:
+ * json-c stops at the value's end and leaves the rest to us. */
 static bool rest_is_whitespace(const struct tbm_json_piece *pieces, size_t npieces, size_t k,
                                size_t end)
 {
@@ -143,6 +145,7 @@ struct json_object *tbm_json_parse_pieces(const struct tbm_json_piece *pieces, s
     for (k = 0; k < npieces && err == json_tokener_continue; k++) {
         if (pieces[k].len == 0)
             continue;
+        assert(pieces[k].len <= TBM_INDEX_MAX);
         obj = json_tokener_parse_ex(tok, pieces[k].buf, (int)pieces[k].len);
         err = json_tokener_get_error(tok);
         end = json_tokener_get_parse_end(tok);

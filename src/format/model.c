@@ -48,6 +48,11 @@ static bool ends_with(const char *s, const char *suffix)
     return n >= k && strcmp(s + n - k, suffix) == 0;
 }
 
+static int too_many(struct opener *o)
+{
+    return fail(o, TBM_ERR_SOURCE, "%s lists more than %u tensors", o->what, TBM_INDEX_ENTRIES_MAX);
+}
+
 static int parse_whole(struct opener *o)
 {
     const char *why;
@@ -76,6 +81,8 @@ static int read_json(struct opener *o, int fd, uint64_t off, uint64_t len, const
     o->m->index_json_len = len;
     o->what = what;
     int r = tbm_json_split(buf, len, &o->split);
+    if (r == TBM_ERR_SOURCE)
+        return too_many(o);
     if (r < 0)
         return fail(o, TBM_ERR_NOMEM, "out of memory reading the %s", what);
     if (r > 0 && (o->root = tbm_json_split_root(buf, len, &o->split)))
@@ -270,8 +277,9 @@ static int add_tensors(struct opener *o, size_t begin, size_t end)
     return r;
 }
 
-/* A span's status when a slice of the array is not valid JSON. */
-#define SLICE_INVALID 1
+/* A span's status when a slice of the array is not valid JSON: negative like
+ * every failure, and apart from the TBM_ERR_ codes. */
+#define SLICE_INVALID (-100)
 
 /* At most this many elements, or bytes of their text, are parsed at once:
  * the tree of one slice is all the memory the index takes while it loads. */
@@ -336,6 +344,8 @@ static int load_entries(struct opener *o)
         return fail(o, TBM_ERR_SOURCE, "%s has no \"tensors\" array", o->what);
     bool sliced = o->split.sep != NULL;
     size_t n = sliced ? o->split.count : json_object_array_length(arr);
+    if (n > TBM_INDEX_ENTRIES_MAX)
+        return too_many(o);
     /* Zeroed records own nothing, so a failure part way can close them all. */
     o->m->tensors = calloc(n ? n : 1, sizeof(*o->m->tensors));
     if (!o->m->tensors)

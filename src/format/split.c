@@ -1,8 +1,8 @@
-/* Splits an index's "tensors" array at its elements, so that json-c parses it
- * a slice at a time. The scan follows strings and nesting only; every byte is
- * still parsed, and judged, by json-c. */
+/* Splits an index's "tensors" array at its elements for json-c to parse a
+ * slice at a time; the scan follows strings and nesting only. */
 #include "internal.h"
 
+#include <assert.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -32,19 +32,25 @@ static size_t skip_space(const char *buf, size_t len, size_t i)
 
 /* The index of the quote closing the string opened at buf[i], or len when
  * there is none; *escaped tells whether the string holds a backslash. Most
- * strings have none, so the search runs on memchr. */
+ * strings have none, so the search runs on memchr; each byte is searched at
+ * most once for a quote and once for a backslash, so long runs of escapes
+ * stay linear. */
 static size_t string_end(const char *buf, size_t len, size_t i, bool *escaped)
 {
+    const char *quote = NULL;
+
     *escaped = false;
-    for (i++; i < len; i++) {
-        const char *q = memchr(buf + i, '"', len - i);
-        if (!q)
-            return len;
-        const char *b = memchr(buf + i, '\\', (size_t)(q - (buf + i)));
-        if (!b)
-            return (size_t)(q - buf);
+    for (i++; i < len;) {
+        if (!quote || quote < buf + i) {
+            quote = memchr(buf + i, '"', len - i);
+            if (!quote)
+                return len;
+        }
+        const char *backslash = memchr(buf + i, '\\', (size_t)(quote - (buf + i)));
+        if (!backslash)
+            return (size_t)(quote - buf);
         *escaped = true;
-        i = (size_t)(b - buf) + 1; /* the escaped byte, skipped by the loop */
+        i = (size_t)(backslash - buf) + 2; /* past the escaped byte */
     }
     return len;
 }
@@ -53,6 +59,10 @@ static int push_sep(struct scan *s, size_t at)
 {
     struct tbm_json_split *out = s->out;
 
+    /* count is 1 + the entries so far: the '[' and a ',' after each but the
+     * last, whose ']' comes next */
+    if (out->count > TBM_INDEX_ENTRIES_MAX)
+        return TBM_ERR_SOURCE;
     if (out->count == s->cap) {
         size_t cap = s->cap ? s->cap * 2 : 1024;
         size_t *sep = realloc(out->sep, cap * sizeof(*sep));
@@ -175,6 +185,7 @@ struct json_object *tbm_json_split_root(const char *buf, size_t len,
 struct json_object *tbm_json_split_elements(const char *buf, const struct tbm_json_split *split,
                                             size_t first, size_t end)
 {
+    assert(first < end && end <= split->count);
     size_t from = split->sep[first] + 1, to = split->sep[end];
     struct tbm_json_piece pieces[] = {{"[", 1}, {buf + from, to - from}, {"]", 1}};
     const char *why;

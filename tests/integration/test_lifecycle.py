@@ -110,7 +110,7 @@ def options(suite, src, cont):
 
     suite.case("options: mount -t fuse -o ro TBMFS#SOURCE (mount helper)", mount_helper)
     helper.stop()
-    max_read(suite, src, cont)
+    max_read(suite, suite.tmp)
 
 
 def mount_options(path):
@@ -141,40 +141,58 @@ def raw_views(m):
     return out
 
 
-def max_read(suite, src, cont):
-    # 512 KiB replies are spliced from the source, 4 KiB ones copied by libfuse, and
-    # 1 MiB ones (too large for an unprivileged pipe) or -o nosplice read by the daemon.
-    default, small = Mount(suite, src), Mount(suite, src, args=["-o", "max_read=4096"])
-    large = Mount(suite, src, args=["-o", "max_read=1048576"])
-    nosplice = Mount(suite, src, args=["-o", "nosplice"])
+def pipes_of(pid):
+    """How many pipes the process holds: libfuse gives each worker that splices one."""
+    n = 0
+    for fd in os.listdir("/proc/%d/fd" % pid):
+        try:
+            n += os.readlink("/proc/%d/fd/%s" % (pid, fd)).startswith("pipe:")
+        except FileNotFoundError:  # closed since the listing
+            pass
+    return n
+
+
+def max_read(suite, tmp):
+    # raw.tb replies of 512 KiB are spliced from the source; 4 KiB ones are copied by
+    # libfuse; 1 MiB ones (too large for an unprivileged pipe) and -o nosplice are read
+    # by the daemon. The large tensor's 1 MiB raw.tb takes whole 512 KiB replies.
+    src = os.path.join(tmp, "reads.tbm")
+    tensors = models.sound_tensors(gen)[:3] + [
+        gen.make_tensor("large", [512, 512], "fp32", (2, 4), 41)]
+    models.write_container(gen, src, tensors)
+    mounts = {"default": Mount(suite, src),
+              "small": Mount(suite, src, args=["-o", "max_read=4096"]),
+              "large": Mount(suite, src, args=["-o", "max_read=1048576"]),
+              "nosplice": Mount(suite, src, args=["-o", "nosplice"])}
+    options = {"default": "max_read=524288", "small": "max_read=4096",
+               "large": "max_read=1048576", "nosplice": "max_read=524288"}
 
     def requests():
-        eq(default.start(), 0, "exit code (%s)" % default.err.strip())
-        eq(small.start(), 0, "exit code (%s)" % small.err.strip())
-        eq(large.start(), 0, "exit code (%s)" % large.err.strip())
-        eq(nosplice.start(), 0, "exit code (%s)" % nosplice.err.strip())
-        check("max_read=524288" in mount_options(default.path),
-              "default options %s lack max_read=524288" % mount_options(default.path))
-        check("max_read=4096" in mount_options(small.path),
-              "options %s lack max_read=4096" % mount_options(small.path))
-        want = raw_views(default)
-        check(want and all(len(v) > 4096 for v in want.values()), "raw.tb views too small")
-        eq(raw_views(small), want, "raw.tb read through 4 KiB requests")
-        eq(raw_views(large), want, "raw.tb read through 1 MiB requests")
-        eq(raw_views(nosplice), want, "raw.tb read with -o nosplice")
-        eq(read_all(small.p("index.json")), cont.index_bytes, "index.json")
+        for key, m in mounts.items():
+            eq(m.start(), 0, "%s: exit code (%s)" % (key, m.err.strip()))
+            check(options[key] in mount_options(m.path),
+                  "%s: options %s lack %s" % (key, mount_options(m.path), options[key]))
+            eq(pipes_of(m.pid), 0, "%s: pipes before any read" % key)
+        want = raw_views(mounts["default"])
+        check(len(want["large"]) > 1 << 20, "large raw.tb is %d bytes" % len(want["large"]))
+        check(pipes_of(mounts["default"].pid) > 0, "default: raw.tb was not spliced")
+        for key in ("small", "large", "nosplice"):
+            eq(raw_views(mounts[key]), want, "%s: raw.tb" % key)
+        for key in ("large", "nosplice"):
+            eq(pipes_of(mounts[key].pid), 0, "%s: pipes after reading raw.tb" % key)
 
-    suite.case("options: -o max_read=N sets the request size; 512 KiB by default; -o nosplice",
-               requests)
-    for m in (default, small, large, nosplice):
+    suite.case("options: -o max_read=N sets the request size, 512 KiB by default; raw.tb is "
+               "spliced unless -o nosplice or max_read is too large for a pipe", requests)
+    for m in mounts.values():
         m.stop()
 
     def refused():
-        rc, _, err = run_tbmfs([src, suite.tmp, "-o", "max_read=lots"])
-        eq(rc, 1, "exit code")
-        check("max_read=lots" in err, "message %r does not name the option" % err)
+        for bad in ("lots", "100", "+8192"):
+            rc, _, err = run_tbmfs([src, tmp, "-o", "max_read=" + bad])
+            eq(rc, 1, "max_read=%s: exit code" % bad)
+            check("max_read=" + bad in err, "message %r does not name the option" % err)
 
-    suite.case("options: -o max_read=lots is refused", refused)
+    suite.case("options: -o max_read=lots, =100, =+8192 are refused", refused)
 
 
 def kernels(suite, src):

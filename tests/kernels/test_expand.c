@@ -477,13 +477,14 @@ static void test_expand_random(void **state)
 static void test_expand_fp32_in_place(void **state)
 {
     enum tbm_isa isa = state_isa(state);
+
+    skip_unless_supported(isa);
     size_t n = 70001;
     uint8_t *w = malloc(n * 4);
     uint8_t *mask = malloc(n);
     uint32_t *want = malloc((n + 2 * GUARD) * sizeof *want);
     float *inplace = malloc(n * sizeof *inplace);
 
-    skip_unless_supported(isa);
     assert_non_null(w);
     assert_non_null(mask);
     assert_non_null(want);

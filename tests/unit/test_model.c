@@ -213,12 +213,13 @@ static void test_refused_containers(void **state)
     deep[n++] = '}';
     deep[n] = '\0';
     open_refused(container("deep.tbm", &b, 1, deep, 0), TBM_ERR_SOURCE, "not valid JSON");
-    /* Entries are loaded a slice at a time: an error in a late slice, after
-     * earlier tensors were loaded, still refuses the whole index. */
-    char *late = malloc(600 * 32 + 64);
+    /* Entries are loaded a slice at a time, by parallel spans past 4096: an
+     * error in the last slice, after other tensors were loaded, still refuses
+     * the whole index. */
+    char *late = malloc(5000 * 32 + 64);
     assert_non_null(late);
     n = (size_t)sprintf(late, "{\"tensors\":[");
-    for (int i = 0; i < 600; i++)
+    for (int i = 0; i < 5000; i++)
         n += (size_t)sprintf(late + n, "{\"name\":\"t%d\",\"offset\":0},", i);
     strcpy(late + n, "]}");
     open_refused(container("late.tbm", &b, 1, late, 0), TBM_ERR_SOURCE,

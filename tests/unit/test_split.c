@@ -1,6 +1,5 @@
-/* Unit tests of parsing an index in slices of its "tensors" array: for every
- * document, valid or not, the slices must say exactly what one whole parse
- * says, whatever the cut. */
+/* Unit tests of parsing an index in slices of its "tensors" array: the slices
+ * must say what one whole parse says, valid or not, wherever the cut. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -22,7 +21,7 @@ static struct json_object *elements(const char *doc, const struct tbm_json_split
     return tbm_json_split_elements(doc, s, first, end);
 }
 
-/* Joins two arrays' elements into a new array. */
+/* Rebuilds the whole array from the two sides of a cut. */
 static struct json_object *join(struct json_object *a, struct json_object *b)
 {
     struct json_object *out = json_object_new_array();
