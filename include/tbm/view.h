@@ -71,8 +71,9 @@ int tbm_view_size(const struct tbm_views *views, enum tbm_view_kind kind, size_t
 int tbm_view_read(const struct tbm_views *views, enum tbm_view_kind kind, size_t t, char *buf,
                   uint64_t off, size_t len, size_t *got);
 
-/* Where bytes of a view lie in the source, for views that are byte ranges of
- * it (raw.tb, weights.bin, mask.bin). */
+/* Where bytes of a view lie in the source, for views that can be bytes of it
+ * as stored: raw.tb, weights.bin, mask.bin, and the dense views of unmasked
+ * float32 tensors past the .npy header. */
 struct tbm_source_range {
     int fd;       /* -1 when the range is empty: off is at or past the end */
     uint64_t pos; /* offset in fd */
@@ -81,8 +82,8 @@ struct tbm_source_range {
 
 /* Locates up to len bytes at off of view kind of tensor t in the source, so
  * that they can be handed to the kernel without a copy (splice). Returns 1
- * and fills out for such a view; 0 for a view that is computed (read it with
- * tbm_view_read); TBM_ERR_BROKEN as tbm_view_read; TBM_ERR_IO when the
+ * and fills out for such bytes; 0 for bytes that are computed (read them
+ * with tbm_view_read); TBM_ERR_BROKEN as tbm_view_read; TBM_ERR_IO when the
  * source no longer holds the range (it has shrunk since the mount). */
 int tbm_view_locate(const struct tbm_views *views, enum tbm_view_kind kind, size_t t, uint64_t off,
                     size_t len, struct tbm_source_range *out);

@@ -138,6 +138,18 @@ static int dense_range(const struct tbm_views *v, const struct tbm_tensor *t, ch
     return 0;
 }
 
+/* Unmasked float32 weights are their own expansion, bit for bit. */
+static const struct tbm_region *identity_region(const struct tbm_tensor *t)
+{
+    return t->hdr.precision == TBM_FP32 && !t->mask_usable ? &t->weights : NULL;
+}
+
+static const struct tbm_region *f32_source(const struct tbm_views *v, size_t t, uint64_t *skip)
+{
+    *skip = 0;
+    return identity_region(&v->model->tensors[t]);
+}
+
 static int f32_view_size(const struct tbm_views *v, size_t t, uint64_t *size)
 {
     *size = f32_size(&v->model->tensors[t]);
@@ -190,6 +202,17 @@ static int npy_view_size(const struct tbm_views *v, size_t t, uint64_t *size)
     return 0;
 }
 
+static const struct tbm_region *npy_source(const struct tbm_views *v, size_t t, uint64_t *skip)
+{
+    const struct tbm_tensor *tensor = &v->model->tensors[t];
+    struct scratch *s = thread_scratch();
+
+    if (!s || !identity_region(tensor))
+        return NULL;
+    *skip = npy_header(tensor, s->npy);
+    return identity_region(tensor);
+}
+
 static int npy_view_read(const struct tbm_views *v, size_t t, char *buf, uint64_t off, size_t len,
                          size_t *got)
 {
@@ -218,11 +241,13 @@ const struct tbm_view_ops tbm_dense_f32_view = {
     .name = "dense.f32",
     .size = f32_view_size,
     .read = f32_view_read,
+    .source = f32_source,
     .servable = dense_servable,
 };
 const struct tbm_view_ops tbm_dense_npy_view = {
     .name = "dense.npy",
     .size = npy_view_size,
     .read = npy_view_read,
+    .source = npy_source,
     .servable = dense_servable,
 };

@@ -18,8 +18,11 @@ struct tbm_view_ops {
     int (*read)(const struct tbm_views *v, size_t t, char *buf, uint64_t off, size_t len,
                 size_t *got);
     int (*generate)(const struct tbm_views *v, size_t t, char **out, size_t *len);
-    /* NULL unless the view is a byte range of the source */
-    const struct tbm_region *(*region)(const struct tbm_tensor *t);
+    /* NULL unless the view can be bytes of the source as stored: then the
+     * region holding the view's bytes from *skip on (what comes before, such
+     * as an .npy header, is computed), or NULL for a tensor whose view must
+     * be computed */
+    const struct tbm_region *(*source)(const struct tbm_views *v, size_t t, uint64_t *skip);
     /* NULL when every tensor's view can be served */
     bool (*servable)(const struct tbm_views *v, size_t t);
     bool unsized; /* produced at open; stat reports size 0 */

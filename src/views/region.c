@@ -49,6 +49,24 @@ static const struct tbm_region *mask_region(const struct tbm_tensor *t)
     return &t->mask;
 }
 
+static const struct tbm_region *raw_source(const struct tbm_views *v, size_t t, uint64_t *skip)
+{
+    *skip = 0;
+    return raw_region(&v->model->tensors[t]);
+}
+
+static const struct tbm_region *weights_source(const struct tbm_views *v, size_t t, uint64_t *skip)
+{
+    *skip = 0;
+    return weights_region(&v->model->tensors[t]);
+}
+
+static const struct tbm_region *mask_source(const struct tbm_views *v, size_t t, uint64_t *skip)
+{
+    *skip = 0;
+    return mask_region(&v->model->tensors[t]);
+}
+
 static int raw_size(const struct tbm_views *v, size_t t, uint64_t *size)
 {
     return region_size(v, t, raw_region, size);
@@ -101,20 +119,20 @@ const struct tbm_view_ops tbm_raw_view = {
     .name = "raw.tb",
     .size = raw_size,
     .read = raw_read,
-    .region = raw_region,
+    .source = raw_source,
     .servable = raw_servable,
 };
 const struct tbm_view_ops tbm_weights_view = {
     .name = "weights.bin",
     .size = weights_size,
     .read = weights_read,
-    .region = weights_region,
+    .source = weights_source,
     .servable = weights_servable,
 };
 const struct tbm_view_ops tbm_mask_view = {
     .name = "mask.bin",
     .size = mask_size,
     .read = mask_read,
-    .region = mask_region,
+    .source = mask_source,
     .servable = mask_servable,
 };

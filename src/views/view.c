@@ -98,13 +98,18 @@ int tbm_view_locate(const struct tbm_views *v, enum tbm_view_kind kind, size_t t
 {
     struct stat st;
 
+    uint64_t skip;
+
     *out = (struct tbm_source_range){.fd = -1};
-    if (!ops[kind]->region)
+    if (!ops[kind]->source)
         return 0;
     if (!tbm_view_servable(v, kind, t))
         return TBM_ERR_BROKEN;
     const struct tbm_tensor *tensor = &v->model->tensors[t];
-    const struct tbm_region *r = ops[kind]->region(tensor);
+    const struct tbm_region *r = ops[kind]->source(v, t, &skip);
+    if (!r || off < skip)
+        return 0;
+    off -= skip;
     if (off >= r->len)
         return 1;
     out->fd = tensor->fd;

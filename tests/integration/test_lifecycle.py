@@ -122,23 +122,29 @@ def mount_options(path):
     raise harness.Failure("%s is not in /proc/mounts" % path)
 
 
-def raw_views(m):
-    """Every raw.tb of the mount, read with O_DIRECT in 1 MiB reads."""
-    out = {}
-    for name in sorted(os.listdir(m.p("tensors"))):
-        fd = os.open(m.p("tensors", name, "raw.tb"), os.O_RDONLY | os.O_DIRECT)
-        try:
-            buf = mmap.mmap(-1, 1 << 20)
-            chunks = []
-            while True:
-                n = os.readv(fd, [buf])
-                if n == 0:
-                    break
-                chunks.append(buf[:n])
-            out[name] = b"".join(chunks)
-        finally:
-            os.close(fd)
-    return out
+def direct_read(path):
+    """The whole file, read with O_DIRECT in 1 MiB reads."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECT)
+    try:
+        buf = mmap.mmap(-1, 1 << 20)
+        chunks = []
+        while True:
+            n = os.readv(fd, [buf])
+            if n == 0:
+                break
+            chunks.append(buf[:n])
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
+SPLICED = ("raw.tb", "weights.bin", "mask.bin", "dense.f32", "dense.npy")
+
+
+def source_views(m):
+    """The views of every tensor that can be spliced from the source."""
+    return {(name, view): direct_read(m.p("tensors", name, view))
+            for name in sorted(os.listdir(m.p("tensors"))) for view in SPLICED}
 
 
 def pipes_of(pid):
@@ -153,19 +159,23 @@ def pipes_of(pid):
 
 
 def max_read(suite, tmp):
-    # raw.tb replies of 512 KiB are spliced from the source; 4 KiB ones are copied by
-    # libfuse; 1 MiB ones (too large for an unprivileged pipe) and -o nosplice are read
-    # by the daemon. The large tensor's 1 MiB raw.tb takes whole 512 KiB replies.
+    # Replies of 512 KiB are spliced from the source; 4 KiB ones are copied by libfuse;
+    # 1 MiB ones (too large for an unprivileged pipe) and -o nosplice are read by the
+    # daemon. The large tensors' 1 MiB views take whole 512 KiB replies; the plain one's
+    # dense views are its weights, spliced too (past the .npy header).
     src = os.path.join(tmp, "reads.tbm")
     tensors = models.sound_tensors(gen)[:3] + [
-        gen.make_tensor("large", [512, 512], "fp32", (2, 4), 41)]
+        gen.make_tensor("large", [512, 512], "fp32", (2, 4), 41),
+        gen.make_tensor("plain", [512, 512], "fp32", (0, 0), 42)]
     models.write_container(gen, src, tensors)
     mounts = {"default": Mount(suite, src),
               "small": Mount(suite, src, args=["-o", "max_read=4096"]),
               "large": Mount(suite, src, args=["-o", "max_read=1048576"]),
-              "nosplice": Mount(suite, src, args=["-o", "nosplice"])}
+              "nosplice": Mount(suite, src, args=["-o", "nosplice"]),
+              "dense": Mount(suite, src)}
     options = {"default": "max_read=524288", "small": "max_read=4096",
-               "large": "max_read=1048576", "nosplice": "max_read=524288"}
+               "large": "max_read=1048576", "nosplice": "max_read=524288",
+               "dense": "max_read=524288"}
 
     def requests():
         for key, m in mounts.items():
@@ -173,15 +183,19 @@ def max_read(suite, tmp):
             check(options[key] in mount_options(m.path),
                   "%s: options %s lack %s" % (key, mount_options(m.path), options[key]))
             eq(pipes_of(m.pid), 0, "%s: pipes before any read" % key)
-        want = raw_views(mounts["default"])
-        check(len(want["large"]) > 1 << 20, "large raw.tb is %d bytes" % len(want["large"]))
-        check(pipes_of(mounts["default"].pid) > 0, "default: raw.tb was not spliced")
-        for key in ("small", "large", "nosplice"):
-            eq(raw_views(mounts[key]), want, "%s: raw.tb" % key)
+        want = source_views(mounts["nosplice"])
+        check(len(want[("large", "raw.tb")]) > 1 << 20, "large raw.tb is too small")
+        eq(want[("plain", "dense.f32")], want[("plain", "weights.bin")], "plain dense.f32")
+        for key in ("default", "small", "large"):
+            eq(source_views(mounts[key]), want, "%s: views" % key)
+        check(pipes_of(mounts["default"].pid) > 0, "default: nothing was spliced")
+        eq(direct_read(mounts["dense"].p("tensors", "plain", "dense.npy")),
+           want[("plain", "dense.npy")], "plain dense.npy alone")
+        check(pipes_of(mounts["dense"].pid) > 0, "plain dense.npy was not spliced")
         for key in ("large", "nosplice"):
-            eq(pipes_of(mounts[key].pid), 0, "%s: pipes after reading raw.tb" % key)
+            eq(pipes_of(mounts[key].pid), 0, "%s: pipes after reading" % key)
 
-    suite.case("options: -o max_read=N sets the request size, 512 KiB by default; raw.tb is "
+    suite.case("options: -o max_read=N sets the request size, 512 KiB by default; views are "
                "spliced unless -o nosplice or max_read is too large for a pipe", requests)
     for m in mounts.values():
         m.stop()
