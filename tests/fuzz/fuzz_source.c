@@ -251,9 +251,27 @@ static enum tbm_isa pick_isa(unsigned mode)
     return isa <= best && tbm_isa_supported(isa) ? isa : best;
 }
 
-/* Reads len bytes at off and checks the count against the view's size; a
- * successful read is repeated in two parts split at split, into a buffer
- * shifted by one byte, and must give the same bytes. */
+/* Where tbm_view_locate puts bytes that tbm_view_read gave (got of them in
+ * bufa), the source must hold those very bytes. */
+static void check_located(const struct tbm_views *v, enum tbm_view_kind kind, size_t t,
+                          uint64_t off, size_t len, size_t got)
+{
+    struct tbm_source_range src;
+    int r = tbm_view_locate(v, kind, t, off, len, &src);
+
+    CHECK(r == 0 || r == 1);
+    if (r == 0)
+        return;
+    CHECK(src.fd >= 0 ? src.len == got : got == 0);
+    if (src.fd >= 0)
+        CHECK(pread(src.fd, bufb, src.len, (off_t)src.pos) == (ssize_t)src.len &&
+              memcmp(bufa, bufb, src.len) == 0);
+}
+
+/* Reads len bytes at off and checks the count against the view's size, and
+ * the bytes against the source where the view says they lie; a successful
+ * read is repeated in two parts split at split, into a buffer shifted by one
+ * byte, and must give the same bytes. */
 static int read_checked(const struct tbm_views *v, enum tbm_view_kind kind, size_t t, uint64_t size,
                         uint64_t off, size_t len, size_t split)
 {
@@ -265,6 +283,7 @@ static int read_checked(const struct tbm_views *v, enum tbm_view_kind kind, size
         return r;
     uint64_t left = off < size ? size - off : 0;
     CHECK(got == (left < len ? left : len));
+    check_located(v, kind, t, off, len, got);
     if (split == 0 || split >= len)
         return 0;
     CHECK(tbm_view_read(v, kind, t, b, off, split, &got1) == 0);
