@@ -186,12 +186,15 @@ static int serve(struct fuse_args *args, const struct fuse_cmdline_opts *opts, s
     if (fuse_daemonize(opts->foreground) != 0)
         goto out_unmount;
     tbm_fs_widen_readahead(opts->mountpoint);
+    /* Threads start after fuse_daemonize, whose fork they would not survive.
+     * Without this one, self-tests run in the FUSE workers. */
+    tbm_deferred_start(fs, &fs->deferred);
     if (opts->singlethread) {
         r = fuse_session_loop(se);
     } else {
         struct fuse_loop_config *cfg = fuse_loop_cfg_create();
         if (!cfg)
-            goto out_unmount;
+            goto out_stop;
         fuse_loop_cfg_set_clone_fd(cfg, (unsigned)opts->clone_fd);
         fuse_loop_cfg_set_max_threads(cfg, opts->max_threads);
         if (opts->max_idle_threads != UINT_MAX) /* unset: keep libfuse's default */
@@ -202,6 +205,9 @@ static int serve(struct fuse_args *args, const struct fuse_cmdline_opts *opts, s
     /* The loop returns the number of a signal that ended it: SIGINT and
      * SIGTERM are the ordinary way to stop, not a failure. */
     r = r >= 0 ? 0 : 1;
+out_stop:
+    tbm_deferred_stop(fs->deferred);
+    fs->deferred = NULL;
 out_unmount:
     fuse_session_unmount(se);
 out_signals:
@@ -296,9 +302,9 @@ int main(int argc, char *argv[])
     /* The index's parse tree is gone by now; its pages go back to the system
      * so that a large index does not keep the daemon big for its lifetime. */
     malloc_trim(0);
-    /* The self-test compares a single-threaded sparse kernel with BLAS and
-     * runs inside a FUSE worker; more BLAS threads would only fight the other
-     * workers for the CPUs and skew the comparison. */
+    /* The self-test compares a single-threaded sparse kernel with BLAS, on a
+     * thread of its own beside the FUSE workers; more BLAS threads would only
+     * fight those workers for the CPUs and skew the comparison. */
     openblas_set_num_threads(1);
     struct tbm_fs fs = {.model = model,
                         .views = views,

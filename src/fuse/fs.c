@@ -344,6 +344,23 @@ struct snapshot {
     size_t len;
 };
 
+void tbm_fs_open_snapshot(const struct tbm_fs *fs, fuse_req_t req, struct fuse_file_info *fi,
+                          enum tbm_view_kind kind, size_t t)
+{
+    struct snapshot *s = calloc(1, sizeof(*s));
+    int r = s ? tbm_view_generate(fs->views, kind, t, &s->data, &s->len) : TBM_ERR_NOMEM;
+    if (r < 0) {
+        free(s);
+        fuse_reply_err(req, status_errno(r));
+        return;
+    }
+    /* A generated view's stat size is 0: the page cache must not clip reads */
+    fi->direct_io = tbm_view_generated(kind);
+    fi->keep_cache = !fi->direct_io;
+    fi->fh = (uint64_t)(uintptr_t)s;
+    fuse_reply_open(req, fi);
+}
+
 static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
     const struct tbm_fs *fs = fs_of(req);
@@ -371,18 +388,10 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
         fuse_reply_open(req, fi);
         return;
     }
-    struct snapshot *s = calloc(1, sizeof(*s));
-    int r = s ? tbm_view_generate(fs->views, n.kind, t, &s->data, &s->len) : TBM_ERR_NOMEM;
-    if (r < 0) {
-        free(s);
-        fuse_reply_err(req, status_errno(r));
+    if (tbm_view_generated(n.kind) && fs->deferred &&
+        tbm_deferred_push(fs->deferred, req, fi, n.kind, t))
         return;
-    }
-    /* A generated view's stat size is 0: the page cache must not clip reads */
-    fi->direct_io = tbm_view_generated(n.kind);
-    fi->keep_cache = !fi->direct_io;
-    fi->fh = (uint64_t)(uintptr_t)s;
-    fuse_reply_open(req, fi);
+    tbm_fs_open_snapshot(fs, req, fi, n.kind, t);
 }
 
 static void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)

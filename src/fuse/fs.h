@@ -9,19 +9,38 @@
 
 #include "tbm/view.h"
 
+struct tbm_deferred;
+
 struct tbm_fs {
     const struct tbm_model *model;
     const struct tbm_views *views;
     uid_t uid; /* owner of every file: whoever mounted */
     gid_t gid;
-    unsigned max_read; /* bytes per read request, as given in the mount options */
-    bool splice;       /* byte ranges of the source are spliced: wanted, then
-                        * kept by init only if the kernel and pipe allow */
+    unsigned max_read;             /* bytes per read request, as given in the mount options */
+    bool splice;                   /* byte ranges of the source are spliced: wanted, then
+                                    * kept by init only if the kernel and pipe allow */
+    struct tbm_deferred *deferred; /* answers the self-test opens; NULL: inline */
 };
 
 /* The operations to pass to fuse_session_new with a struct tbm_fs as userdata;
  * init settles its splice field. */
 extern const struct fuse_lowlevel_ops tbm_fs_ops;
+
+/* Takes the snapshot of view kind of tensor t for an open and answers req:
+ * fuse_reply_open with the snapshot in fi->fh, or the error. */
+void tbm_fs_open_snapshot(const struct tbm_fs *fs, fuse_req_t req, struct fuse_file_info *fi,
+                          enum tbm_view_kind kind, size_t t);
+
+/* A thread that answers, one at a time and in order, the opens of views that
+ * are generated when opened (the self-tests), so that a self-test never holds
+ * a FUSE worker: ten readers of selftest files would otherwise hold them all. */
+int tbm_deferred_start(const struct tbm_fs *fs, struct tbm_deferred **out);
+/* Queues an open for tbm_fs_open_snapshot; false when out of memory. */
+bool tbm_deferred_push(struct tbm_deferred *d, fuse_req_t req, const struct fuse_file_info *fi,
+                       enum tbm_view_kind kind, size_t t);
+/* Waits for the self-test under way, answers the opens still queued with
+ * ENOTCONN and frees d (which may be NULL). */
+void tbm_deferred_stop(struct tbm_deferred *d);
 
 /* Best effort, for root only: raises the readahead of the tbmfs mount on
  * mountpoint to 1 MiB once the session loop has answered INIT. Call after

@@ -8,6 +8,8 @@ import json
 import math
 import os
 import subprocess
+import threading
+import time
 
 import harness
 import models
@@ -92,6 +94,37 @@ def check_root(text, dirs, outcomes):
         eq(len(named), 1, "lines naming %r" % d)
 
 
+def workers_stay_free(suite):
+    """Self-tests are answered by a thread of their own: with two FUSE workers and three
+    self-tests asked for at once (about half a second each), index.json is still read
+    before the first of them is done."""
+    src = os.path.join(suite.tmp, "slow.tbm")
+    models.write_container(gen, src, [gen.make_tensor("slow", [4096, 2048], "fp64", (2, 4), 21)])
+    m = suite.mount(src, args=["-o", "max_threads=2"], name="slow self-tests: mount")
+    with m:
+        def free():
+            done = []
+
+            def one():
+                rep = json.loads(read_all(m.p("tensors", "slow", "selftest")))
+                done.append((time.monotonic(), rep.get("pass")))
+
+            threads = [threading.Thread(target=one) for _ in range(3)]
+            for t in threads:
+                t.start()
+            time.sleep(0.1)
+            read_all(m.p("index.json"))
+            index_read = time.monotonic()
+            for t in threads:
+                t.join(CMD_TIMEOUT)
+            eq([ok for _, ok in done], [True] * 3, "self-tests passed")
+            first = min(at for at, _ in done)
+            check(index_read < first, "index.json was read %.2f s after the first self-test "
+                  "was done: the self-tests held the workers" % (index_read - first))
+
+        suite.case("slow self-tests leave the FUSE workers free", free, timeout=120)
+
+
 def main(suite):
     global gen
     gen = harness.load_gen()
@@ -156,6 +189,8 @@ def main(suite):
         check("selftest_batch=1025" in err, "error names the option: %r" % err)
 
     suite.case("selftest_batch=1025 is refused", batch_refused)
+
+    workers_stay_free(suite)
 
     llama = models.cli_llama(suite.tmp)
     expects = models.expects_from_tbm(llama)
