@@ -1,6 +1,6 @@
 /* Widens the kernel's readahead for our mount: FUSE starts every mount with a
  * 128 KiB window, which caps buffered reads at 128 KiB requests; a 1 MiB
- * window lets one request carry 1 MiB, as O_DIRECT readers already get. */
+ * window sends two full requests at once, one for each worker and core. */
 #include "fs.h"
 
 #include <pthread.h>
