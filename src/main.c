@@ -87,8 +87,10 @@ static void usage(const char *prog)
            "                           most 1024; 1 compares with cblas_sgemv)\n"
            "    -o max_read=N          bytes per read request, at least 4096 (default\n"
            "                           %u; the kernel caps it at 1 MiB)\n"
-           "    -o nosplice            read raw.tb, weights.bin and mask.bin into a\n"
-           "                           buffer instead of splicing them from the source\n"
+           "    -o nosplice            read the views that are bytes of the source\n"
+           "                           (raw.tb, weights.bin, mask.bin, unmasked fp32\n"
+           "                           dense views) into a buffer instead of splicing\n"
+           "                           them\n"
            "    TBMFS_KERNELS=scalar|avx2|avx512 in the environment forces a kernel\n\n",
            prog, prog, MAX_READ_DEFAULT);
 }

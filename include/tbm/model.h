@@ -15,11 +15,12 @@ struct json_object;
 /* Status codes of the library: 0 or one of these negative values. */
 enum tbm_status {
     TBM_OK = 0,
-    TBM_ERR_NOMEM = -1,  /* allocation failed */
-    TBM_ERR_IO = -2,     /* the source could not be read (it may have shrunk) */
-    TBM_ERR_SOURCE = -3, /* the source is not usable at all */
-    TBM_ERR_BROKEN = -4, /* this view of a broken tensor cannot be served */
-    TBM_ERR_PROBLEM = -5 /* strict open refused a model with problems */
+    TBM_ERR_NOMEM = -1,   /* allocation failed */
+    TBM_ERR_IO = -2,      /* the source could not be read (it may have shrunk) */
+    TBM_ERR_SOURCE = -3,  /* the source is not usable at all */
+    TBM_ERR_BROKEN = -4,  /* this view of a broken tensor cannot be served */
+    TBM_ERR_PROBLEM = -5, /* strict open refused a model with problems */
+    TBM_ERR_STOPPED = -6  /* a self-test given up: the daemon is stopping */
 };
 
 enum tbm_source_kind {

@@ -88,6 +88,11 @@ struct tbm_source_range {
 int tbm_view_locate(const struct tbm_views *views, enum tbm_view_kind kind, size_t t, uint64_t off,
                     size_t len, struct tbm_source_range *out);
 
+/* Makes self-tests give up with TBM_ERR_STOPPED from now on, the root report
+ * between two tensors: for a daemon that is exiting and should not wait for
+ * a report over a large model. Affects every set of views of the process. */
+void tbm_selftests_stop(void);
+
 /* Produces the whole content of a snapshot view into a malloc'd buffer. */
 int tbm_view_generate(const struct tbm_views *views, enum tbm_view_kind kind, size_t t, char **out,
                       size_t *len);

@@ -13,6 +13,9 @@
  * number is capped before parsing: 2 Mi containers, about 2 GiB at worst. A
  * 100,000-tensor index holds 200,000. */
 #define TBM_JSON_CONTAINERS_MAX (2u << 20)
+/* Every value, a number or a string too, costs json-c some 50 bytes: 16 Mi of
+ * them (counted before parsing, as an upper bound) is under a gigabyte. */
+#define TBM_JSON_VALUES_MAX (16u << 20)
 /* Entries of a "tensors" array: each tensor's is an object, so no valid
  * index has more; the cap also bounds the table before any entry is parsed. */
 #define TBM_INDEX_ENTRIES_MAX TBM_JSON_CONTAINERS_MAX

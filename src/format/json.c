@@ -78,14 +78,18 @@ static bool only_whitespace(const char *p, size_t len)
 }
 
 /* Counts '{' and '[' bytes, inside strings too: an upper bound on the
- * objects and arrays the text can make. */
-static size_t containers_at_most(const char *buf, size_t len)
+ * objects and arrays the text can make; with the ',' bytes added, on all its
+ * values, since every value but the first of each container follows one. */
+static void count_bounds(const char *buf, size_t len, size_t *containers, size_t *values)
 {
-    size_t n = 0;
+    size_t open = 0, commas = 0;
 
-    for (size_t i = 0; i < len; i++)
-        n += buf[i] == '{' || buf[i] == '[';
-    return n;
+    for (size_t i = 0; i < len; i++) {
+        open += buf[i] == '{' || buf[i] == '[';
+        commas += buf[i] == ',';
+    }
+    *containers = open;
+    *values = 1 + open + commas;
 }
 
 /* Whether only whitespace follows the value that ended at end of pieces[k]:
@@ -184,8 +188,14 @@ bool tbm_json_within_limits(const char *buf, size_t len, const char **why)
         *why = "JSON is larger than the 256 MiB limit";
         return false;
     }
-    if (containers_at_most(buf, len) > TBM_JSON_CONTAINERS_MAX) {
+    size_t containers, values;
+    count_bounds(buf, len, &containers, &values);
+    if (containers > TBM_JSON_CONTAINERS_MAX) {
         *why = "JSON has more than 2097152 objects and arrays";
+        return false;
+    }
+    if (values > TBM_JSON_VALUES_MAX) {
+        *why = "JSON has more than 16777216 values";
         return false;
     }
     return true;

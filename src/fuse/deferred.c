@@ -44,10 +44,43 @@ static void *run(void *arg)
     struct job *j;
 
     while ((j = take(d))) {
-        tbm_fs_open_snapshot(d->fs, j->req, &j->fi, j->kind, j->t);
+        if (fuse_req_interrupted(j->req))
+            fuse_reply_err(j->req, EINTR);
+        else
+            tbm_fs_open_snapshot(d->fs, j->req, &j->fi, j->kind, j->t);
         free(j);
     }
     return NULL;
+}
+
+/* The kernel waits for the answer to an open even when its caller is
+ * killed: one still queued is answered at once, not after the self-tests
+ * before it. libfuse calls this with the request held, either from another
+ * worker (the job is then queued, or taken, or never will be) or from
+ * fuse_req_interrupt_func in tbm_deferred_push before the job is queued:
+ * answering only a job found in the queue keeps away from the latter, where
+ * answering would free the request under libfuse's feet. req is compared,
+ * never used, unless found. */
+static void on_interrupt(fuse_req_t req, void *arg)
+{
+    struct tbm_deferred *d = arg;
+    struct job *found = NULL;
+
+    pthread_mutex_lock(&d->lock);
+    for (struct job **p = &d->head, *prev = NULL; *p; prev = *p, p = &(*p)->next) {
+        if ((*p)->req != req)
+            continue;
+        found = *p;
+        *p = found->next;
+        if (d->tail == found)
+            d->tail = prev;
+        break;
+    }
+    pthread_mutex_unlock(&d->lock);
+    if (found) {
+        fuse_reply_err(req, EINTR);
+        free(found);
+    }
 }
 
 int tbm_deferred_start(const struct tbm_fs *fs, struct tbm_deferred **out)
@@ -60,7 +93,7 @@ int tbm_deferred_start(const struct tbm_fs *fs, struct tbm_deferred **out)
     d->fs = fs;
     pthread_mutex_init(&d->lock, NULL);
     pthread_cond_init(&d->ready, NULL);
-    if (pthread_create(&d->thread, NULL, run, d) != 0) {
+    if (tbm_fs_thread(&d->thread, run, d) != 0) {
         pthread_cond_destroy(&d->ready);
         pthread_mutex_destroy(&d->lock);
         free(d);
@@ -78,14 +111,24 @@ bool tbm_deferred_push(struct tbm_deferred *d, fuse_req_t req, const struct fuse
     if (!j)
         return false;
     *j = (struct job){.req = req, .fi = *fi, .kind = kind, .t = t};
+    fuse_req_interrupt_func(req, on_interrupt, d);
+    /* An interrupt from now on finds the job queued; one that came before
+     * has marked the request, and is answered here. */
     pthread_mutex_lock(&d->lock);
-    if (d->tail)
-        d->tail->next = j;
-    else
-        d->head = j;
-    d->tail = j;
-    pthread_cond_signal(&d->ready);
+    bool interrupted = fuse_req_interrupted(req);
+    if (!interrupted) {
+        if (d->tail)
+            d->tail->next = j;
+        else
+            d->head = j;
+        d->tail = j;
+        pthread_cond_signal(&d->ready);
+    }
     pthread_mutex_unlock(&d->lock);
+    if (interrupted) {
+        fuse_reply_err(req, EINTR);
+        free(j);
+    }
     return true;
 }
 
@@ -93,6 +136,7 @@ void tbm_deferred_stop(struct tbm_deferred *d)
 {
     if (!d)
         return;
+    tbm_selftests_stop();
     pthread_mutex_lock(&d->lock);
     d->stopping = true;
     pthread_cond_signal(&d->ready);

@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -81,6 +82,8 @@ static int status_errno(int status)
     switch (status) {
     case TBM_ERR_NOMEM:
         return ENOMEM;
+    case TBM_ERR_STOPPED:
+        return ENOTCONN;
     default:
         return EIO;
     }
@@ -344,6 +347,17 @@ struct snapshot {
     size_t len;
 };
 
+int tbm_fs_thread(pthread_t *thread, void *(*fn)(void *), void *arg)
+{
+    sigset_t all, old;
+
+    sigfillset(&all);
+    pthread_sigmask(SIG_BLOCK, &all, &old);
+    int r = pthread_create(thread, NULL, fn, arg);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    return r;
+}
+
 void tbm_fs_open_snapshot(const struct tbm_fs *fs, fuse_req_t req, struct fuse_file_info *fi,
                           enum tbm_view_kind kind, size_t t)
 {
@@ -358,7 +372,11 @@ void tbm_fs_open_snapshot(const struct tbm_fs *fs, fuse_req_t req, struct fuse_f
     fi->direct_io = tbm_view_generated(kind);
     fi->keep_cache = !fi->direct_io;
     fi->fh = (uint64_t)(uintptr_t)s;
-    fuse_reply_open(req, fi);
+    /* Unanswered (the opener is gone), the open gets no release to free s. */
+    if (fuse_reply_open(req, fi) != 0) {
+        free(s->data);
+        free(s);
+    }
 }
 
 static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)

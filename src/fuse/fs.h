@@ -5,6 +5,7 @@
 
 #define FUSE_USE_VERSION FUSE_MAKE_VERSION(3, 12)
 #include <fuse_lowlevel.h>
+#include <pthread.h>
 #include <stdbool.h>
 
 #include "tbm/view.h"
@@ -26,6 +27,10 @@ struct tbm_fs {
  * init settles its splice field. */
 extern const struct fuse_lowlevel_ops tbm_fs_ops;
 
+/* pthread_create, with every signal blocked in the new thread: signals are
+ * for the loop's thread, which they stop (libfuse's workers block them too). */
+int tbm_fs_thread(pthread_t *thread, void *(*fn)(void *), void *arg);
+
 /* Takes the snapshot of view kind of tensor t for an open and answers req:
  * fuse_reply_open with the snapshot in fi->fh, or the error. */
 void tbm_fs_open_snapshot(const struct tbm_fs *fs, fuse_req_t req, struct fuse_file_info *fi,
@@ -38,8 +43,8 @@ int tbm_deferred_start(const struct tbm_fs *fs, struct tbm_deferred **out);
 /* Queues an open for tbm_fs_open_snapshot; false when out of memory. */
 bool tbm_deferred_push(struct tbm_deferred *d, fuse_req_t req, const struct fuse_file_info *fi,
                        enum tbm_view_kind kind, size_t t);
-/* Waits for the self-test under way, answers the opens still queued with
- * ENOTCONN and frees d (which may be NULL). */
+/* Stops the self-test under way (a root report between two tensors), answers
+ * the opens still queued with ENOTCONN and frees d (which may be NULL). */
 void tbm_deferred_stop(struct tbm_deferred *d);
 
 /* Best effort, for root only: raises the readahead of the tbmfs mount on

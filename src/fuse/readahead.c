@@ -41,7 +41,7 @@ void tbm_fs_widen_readahead(const char *mountpoint)
 
     if (!copy)
         return;
-    if (pthread_create(&thread, NULL, widen, copy) != 0) {
+    if (tbm_fs_thread(&thread, widen, copy) != 0) {
         free(copy);
         return;
     }

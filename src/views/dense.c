@@ -205,9 +205,9 @@ static int npy_view_size(const struct tbm_views *v, size_t t, uint64_t *size)
 static const struct tbm_region *npy_source(const struct tbm_views *v, size_t t, uint64_t *skip)
 {
     const struct tbm_tensor *tensor = &v->model->tensors[t];
-    struct scratch *s = thread_scratch();
+    struct scratch *s;
 
-    if (!s || !identity_region(tensor))
+    if (!identity_region(tensor) || !(s = thread_scratch()))
         return NULL;
     *skip = npy_header(tensor, s->npy);
     return identity_region(tensor);

@@ -8,6 +8,7 @@
 #include <json-c/json.h>
 #include <math.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,6 +29,13 @@
  * (about 250 MiB at most, for an fp64 tensor) and keeps the timings of
  * concurrent readers from disturbing each other. */
 static pthread_mutex_t selftest_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static atomic_bool stopping;
+
+void tbm_selftests_stop(void)
+{
+    atomic_store(&stopping, true);
+}
 
 struct result {
     uint64_t rows, cols, rows_tested, cols_tested;
@@ -348,7 +356,9 @@ static int report_generate(const struct tbm_views *v, size_t unused, char **out,
     (void)unused;
     for (size_t i = 0; i < v->model->ntensors && r == 0; i++) {
         const struct tbm_tensor *t = &v->model->tensors[i];
-        if ((r = selftest_tensor(v, t, REPORT_BUDGET, &res)) == 0)
+        if (atomic_load(&stopping))
+            r = TBM_ERR_STOPPED;
+        else if ((r = selftest_tensor(v, t, REPORT_BUDGET, &res)) == 0)
             r = report_line(&rep, t, &res, counts);
     }
     if (r == 0)

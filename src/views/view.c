@@ -97,7 +97,6 @@ int tbm_view_locate(const struct tbm_views *v, enum tbm_view_kind kind, size_t t
                     size_t len, struct tbm_source_range *out)
 {
     struct stat st;
-
     uint64_t skip;
 
     *out = (struct tbm_source_range){.fd = -1};

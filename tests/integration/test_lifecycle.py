@@ -161,12 +161,17 @@ def pipes_of(pid):
 def max_read(suite, tmp):
     # Replies of 512 KiB are spliced from the source; 4 KiB ones are copied by libfuse;
     # 1 MiB ones (too large for an unprivileged pipe) and -o nosplice are read by the
-    # daemon. The large tensors' 1 MiB views take whole 512 KiB replies; the plain one's
-    # dense views are its weights, spliced too (past the .npy header).
+    # daemon. The 1 MiB views of the large tensors take whole 512 KiB replies. The plain
+    # tensor's dense views are its weights, spliced too (past the .npy header); those of
+    # "large" (pruned values stored non-zero) and of "m40" (a mask the contract's rule makes
+    # unusable: shown unmasked) are computed.
     src = os.path.join(tmp, "reads.tbm")
     tensors = models.sound_tensors(gen)[:3] + [
-        gen.make_tensor("large", [512, 512], "fp32", (2, 4), 41),
-        gen.make_tensor("plain", [512, 512], "fp32", (0, 0), 42)]
+        gen.make_tensor("large", [512, 512], "fp32", (2, 4), 41, conflicts=4096),
+        gen.make_tensor("plain", [512, 512], "fp32", (0, 0), 42),
+        gen.make_tensor("m40", [512, 520], "fp32", (2, 40), 43, prune=False)]
+    with open("/proc/sys/fs/pipe-max-size") as f:
+        spliced = 524288 + 4 * 4096 <= int(f.read())
     models.write_container(gen, src, tensors)
     mounts = {"default": Mount(suite, src),
               "small": Mount(suite, src, args=["-o", "max_read=4096"]),
@@ -186,12 +191,14 @@ def max_read(suite, tmp):
         want = source_views(mounts["nosplice"])
         check(len(want[("large", "raw.tb")]) > 1 << 20, "large raw.tb is too small")
         eq(want[("plain", "dense.f32")], want[("plain", "weights.bin")], "plain dense.f32")
+        check(want[("large", "dense.f32")] != want[("large", "weights.bin")],
+              "large: the mask changes nothing")
         for key in ("default", "small", "large"):
             eq(source_views(mounts[key]), want, "%s: views" % key)
-        check(pipes_of(mounts["default"].pid) > 0, "default: nothing was spliced")
+        eq(pipes_of(mounts["default"].pid) > 0, spliced, "default: spliced")
         eq(direct_read(mounts["dense"].p("tensors", "plain", "dense.npy")),
            want[("plain", "dense.npy")], "plain dense.npy alone")
-        check(pipes_of(mounts["dense"].pid) > 0, "plain dense.npy was not spliced")
+        eq(pipes_of(mounts["dense"].pid) > 0, spliced, "plain dense.npy spliced")
         for key in ("large", "nosplice"):
             eq(pipes_of(mounts[key].pid), 0, "%s: pipes after reading" % key)
 

@@ -96,33 +96,64 @@ def check_root(text, dirs, outcomes):
 
 def workers_stay_free(suite):
     """Self-tests are answered by a thread of their own: with two FUSE workers and three
-    self-tests asked for at once (about half a second each), index.json is still read
-    before the first of them is done."""
+    self-tests asked for at once, index.json is read in a fraction of one self-test's time,
+    and an opener killed while its self-test waits in the queue is let go at once."""
     src = os.path.join(suite.tmp, "slow.tbm")
     models.write_container(gen, src, [gen.make_tensor("slow", [4096, 2048], "fp64", (2, 4), 21)])
     m = suite.mount(src, args=["-o", "max_threads=2"], name="slow self-tests: mount")
+    path = m.p("tensors", "slow", "selftest")
     with m:
+        def solo():
+            start = time.monotonic()
+            eq(json.loads(read_all(path)).get("pass"), True, "self-test passed")
+            return time.monotonic() - start
+
         def free():
+            alone = solo()
             done = []
 
             def one():
-                rep = json.loads(read_all(m.p("tensors", "slow", "selftest")))
+                rep = json.loads(read_all(path))
                 done.append((time.monotonic(), rep.get("pass")))
 
             threads = [threading.Thread(target=one) for _ in range(3)]
             for t in threads:
                 t.start()
-            time.sleep(0.1)
+            time.sleep(alone / 5)
+            start = time.monotonic()
             read_all(m.p("index.json"))
-            index_read = time.monotonic()
+            took = time.monotonic() - start
             for t in threads:
                 t.join(CMD_TIMEOUT)
             eq([ok for _, ok in done], [True] * 3, "self-tests passed")
-            first = min(at for at, _ in done)
-            check(index_read < first, "index.json was read %.2f s after the first self-test "
-                  "was done: the self-tests held the workers" % (index_read - first))
+            check(took < alone / 2, "index.json took %.2f s while self-tests ran (one alone: "
+                  "%.2f s): the self-tests held the workers" % (took, alone))
 
         suite.case("slow self-tests leave the FUSE workers free", free, timeout=120)
+
+        def killed():
+            alone = solo()
+
+            def cat():
+                return subprocess.Popen(["timeout", str(CMD_TIMEOUT), "cat", path],
+                                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+            cats = [cat(), cat()]
+            time.sleep(alone / 5)  # one self-test under way, one queued
+            cats.append(cat())
+            time.sleep(alone / 10)  # the third queued behind them
+            start = time.monotonic()
+            # kill that third cat; its timeout(1) then exits
+            subprocess.run(["pkill", "-KILL", "-P", str(cats[2].pid)], timeout=CMD_TIMEOUT)
+            cats[2].wait(CMD_TIMEOUT)
+            took = time.monotonic() - start
+            for c in cats[:2]:
+                eq(c.wait(CMD_TIMEOUT), 0, "the other self-tests' cat exit")
+            check(took < alone / 2, "a killed opener waited %.2f s (one self-test alone: %.2f s)"
+                  % (took, alone))
+
+        suite.case("an opener killed in the self-test queue is let go at once", killed,
+                   timeout=120)
 
 
 def main(suite):

@@ -229,6 +229,51 @@ static void test_refused_containers(void **state)
     open_refused(path, TBM_ERR_SOURCE, "No such file");
 }
 
+/* Writes a container holding only an index: prefix, then entries copies of
+ * entry joined by commas, then suffix. */
+static char *index_only(const char *name, const char *prefix, const char *entry, size_t entries,
+                        const char *suffix)
+{
+    static char path[128];
+    size_t plen = strlen(prefix), elen = strlen(entry), slen = strlen(suffix);
+    size_t len = plen + entries * (elen + 1) + slen;
+    char *buf = malloc(len + 4);
+
+    assert_non_null(buf);
+    memcpy(buf, prefix, plen);
+    char *p = buf + plen;
+    for (size_t i = 0; i < entries; i++, p += elen + 1) {
+        memcpy(p, entry, elen);
+        p[elen] = ',';
+    }
+    if (entries)
+        p--; /* no comma after the last */
+    memcpy(p, suffix, slen);
+    p += slen;
+    size_t ilen = (size_t)(p - buf);
+    for (int i = 0; i < 4; i++)
+        *p++ = (char)(ilen >> (8 * i));
+    snprintf(path, sizeof(path), "%s/%s", dir, name);
+    write_file(path, buf, (size_t)(p - buf));
+    free(buf);
+    return path;
+}
+
+/* The caps that keep a hostile index from taking the machine's memory. */
+static void test_index_caps(void **state)
+{
+    size_t max = 2u << 20;
+
+    (void)state;
+    open_refused(index_only("many.tbm", "{\"tensors\":[", "0", max + 1, "]}"), TBM_ERR_SOURCE,
+                 "lists more than 2097152 tensors");
+    /* the same through the whole parse, which a root key with an escape takes */
+    open_refused(index_only("many-whole.tbm", "{\"\\u0041\":1,\"tensors\":[", "0", max + 1, "]}"),
+                 TBM_ERR_SOURCE, "lists more than 2097152 tensors");
+    open_refused(index_only("values.tbm", "{\"tensors\":[],\"x\":[", "0", 16u << 20, "]}"),
+                 TBM_ERR_SOURCE, "more than 16777216 values");
+}
+
 static const struct tbm_tensor *only_tensor(struct tbm_model *m)
 {
     assert_int_equal(m->ntensors, 1);
@@ -508,12 +553,12 @@ static int teardown(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_sound_container),         cmocka_unit_test(test_refused_containers),
-        cmocka_unit_test(test_broken_headers),          cmocka_unit_test(test_bad_offsets),
-        cmocka_unit_test(test_overlapping_blobs),       cmocka_unit_test(test_unusable_masks),
-        cmocka_unit_test(test_warnings_and_stats),      cmocka_unit_test(test_names_deduplicated),
-        cmocka_unit_test(test_strict_refuses_problems), cmocka_unit_test(test_bare_blob),
-        cmocka_unit_test(test_manifest_files),
+        cmocka_unit_test(test_sound_container),    cmocka_unit_test(test_refused_containers),
+        cmocka_unit_test(test_index_caps),         cmocka_unit_test(test_broken_headers),
+        cmocka_unit_test(test_bad_offsets),        cmocka_unit_test(test_overlapping_blobs),
+        cmocka_unit_test(test_unusable_masks),     cmocka_unit_test(test_warnings_and_stats),
+        cmocka_unit_test(test_names_deduplicated), cmocka_unit_test(test_strict_refuses_problems),
+        cmocka_unit_test(test_bare_blob),          cmocka_unit_test(test_manifest_files),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
