@@ -7,35 +7,16 @@
 #include <string.h>
 #include <unistd.h>
 
-int tbm_pread_full(int fd, void *buf, size_t len, uint64_t off)
-{
-    char *p = buf;
-
-    while (len > 0) {
-        if (off > (uint64_t)INT64_MAX)
-            return TBM_ERR_IO;
-        ssize_t n = pread(fd, p, len, (off_t)off);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n <= 0)
-            return TBM_ERR_IO;
-        p += n;
-        len -= (size_t)n;
-        off += (uint64_t)n;
-    }
-    return 0;
-}
-
 /* Reads up to len bytes at off; fewer only at the end of the file. Returns
  * the count, or TBM_ERR_IO. */
-static ssize_t pread_upto(int fd, unsigned char *buf, size_t len, uint64_t off)
+static ssize_t pread_upto(int fd, void *buf, size_t len, uint64_t off)
 {
     size_t got = 0;
 
     while (got < len) {
         if (off + got > (uint64_t)INT64_MAX)
             return TBM_ERR_IO;
-        ssize_t n = pread(fd, buf + got, len - got, (off_t)(off + got));
+        ssize_t n = pread(fd, (char *)buf + got, len - got, (off_t)(off + got));
         if (n < 0 && errno == EINTR)
             continue;
         if (n < 0)
@@ -45,6 +26,12 @@ static ssize_t pread_upto(int fd, unsigned char *buf, size_t len, uint64_t off)
         got += (size_t)n;
     }
     return (ssize_t)got;
+}
+
+int tbm_pread_full(int fd, void *buf, size_t len, uint64_t off)
+{
+    ssize_t n = pread_upto(fd, buf, len, off);
+    return n >= 0 && (size_t)n == len ? 0 : TBM_ERR_IO;
 }
 
 int tbm_reader_read(struct tbm_reader *r, int fd, void *dst, size_t len, uint64_t off)

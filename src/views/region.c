@@ -2,25 +2,31 @@
  * stored once validation has found them sound. */
 #include "internal.h"
 
-typedef const struct tbm_region *(*region_fn)(const struct tbm_tensor *t);
+/* The view op that names a view's region; these views have nothing before it. */
+typedef const struct tbm_region *(*region_fn)(const struct tbm_views *v, size_t t, uint64_t *skip);
 
-static bool region_servable(const struct tbm_views *v, size_t t, region_fn region)
+static const struct tbm_region *region_of(const struct tbm_views *v, size_t t, region_fn source)
 {
-    const struct tbm_tensor *tensor = &v->model->tensors[t];
-    return tensor->header_sound && region(tensor)->ok;
+    uint64_t skip;
+    return source(v, t, &skip);
 }
 
-static int region_size(const struct tbm_views *v, size_t t, region_fn region, uint64_t *size)
+static bool region_servable(const struct tbm_views *v, size_t t, region_fn source)
 {
-    *size = region(&v->model->tensors[t])->len;
+    return v->model->tensors[t].header_sound && region_of(v, t, source)->ok;
+}
+
+static int region_size(const struct tbm_views *v, size_t t, region_fn source, uint64_t *size)
+{
+    *size = region_of(v, t, source)->len;
     return 0;
 }
 
-static int region_read(const struct tbm_views *v, size_t t, region_fn region, char *buf,
+static int region_read(const struct tbm_views *v, size_t t, region_fn source, char *buf,
                        uint64_t off, size_t len, size_t *got)
 {
     const struct tbm_tensor *tensor = &v->model->tensors[t];
-    const struct tbm_region *r = region(tensor);
+    const struct tbm_region *r = region_of(v, t, source);
 
     if (off >= r->len) {
         *got = 0;
@@ -34,85 +40,70 @@ static int region_read(const struct tbm_views *v, size_t t, region_fn region, ch
     return 0;
 }
 
-static const struct tbm_region *raw_region(const struct tbm_tensor *t)
-{
-    return &t->raw;
-}
-
-static const struct tbm_region *weights_region(const struct tbm_tensor *t)
-{
-    return &t->weights;
-}
-
-static const struct tbm_region *mask_region(const struct tbm_tensor *t)
-{
-    return &t->mask;
-}
-
 static const struct tbm_region *raw_source(const struct tbm_views *v, size_t t, uint64_t *skip)
 {
     *skip = 0;
-    return raw_region(&v->model->tensors[t]);
+    return &v->model->tensors[t].raw;
 }
 
 static const struct tbm_region *weights_source(const struct tbm_views *v, size_t t, uint64_t *skip)
 {
     *skip = 0;
-    return weights_region(&v->model->tensors[t]);
+    return &v->model->tensors[t].weights;
 }
 
 static const struct tbm_region *mask_source(const struct tbm_views *v, size_t t, uint64_t *skip)
 {
     *skip = 0;
-    return mask_region(&v->model->tensors[t]);
+    return &v->model->tensors[t].mask;
 }
 
 static int raw_size(const struct tbm_views *v, size_t t, uint64_t *size)
 {
-    return region_size(v, t, raw_region, size);
+    return region_size(v, t, raw_source, size);
 }
 
 static int raw_read(const struct tbm_views *v, size_t t, char *buf, uint64_t off, size_t len,
                     size_t *got)
 {
-    return region_read(v, t, raw_region, buf, off, len, got);
+    return region_read(v, t, raw_source, buf, off, len, got);
 }
 
 static bool raw_servable(const struct tbm_views *v, size_t t)
 {
-    return region_servable(v, t, raw_region);
+    return region_servable(v, t, raw_source);
 }
 
 static int weights_size(const struct tbm_views *v, size_t t, uint64_t *size)
 {
-    return region_size(v, t, weights_region, size);
+    return region_size(v, t, weights_source, size);
 }
 
 static int weights_read(const struct tbm_views *v, size_t t, char *buf, uint64_t off, size_t len,
                         size_t *got)
 {
-    return region_read(v, t, weights_region, buf, off, len, got);
+    return region_read(v, t, weights_source, buf, off, len, got);
 }
 
 static bool weights_servable(const struct tbm_views *v, size_t t)
 {
-    return region_servable(v, t, weights_region);
+    return region_servable(v, t, weights_source);
 }
 
 static int mask_size(const struct tbm_views *v, size_t t, uint64_t *size)
 {
-    return region_size(v, t, mask_region, size);
+    return region_size(v, t, mask_source, size);
 }
 
 static int mask_read(const struct tbm_views *v, size_t t, char *buf, uint64_t off, size_t len,
                      size_t *got)
 {
-    return region_read(v, t, mask_region, buf, off, len, got);
+    return region_read(v, t, mask_source, buf, off, len, got);
 }
 
 static bool mask_servable(const struct tbm_views *v, size_t t)
 {
-    return region_servable(v, t, mask_region);
+    return region_servable(v, t, mask_source);
 }
 
 const struct tbm_view_ops tbm_raw_view = {
