@@ -121,11 +121,16 @@ static int select_isa(enum tbm_isa *isa)
     return -1;
 }
 
-static void print_list(const char *source, const struct tbm_tensor *t, const char *what,
-                       const struct tbm_strlist *list)
+/* Prints tensor t's problems or warnings; returns how many. */
+static size_t print_messages(const char *source, const struct tbm_model *m, size_t t, bool problems)
 {
-    for (size_t i = 0; i < list->count; i++)
-        printf("%s: tensor %s: %s: %s\n", source, t->dir, what, list->items[i]);
+    size_t n;
+    const char *const *items = tbm_model_tensor_messages(m, t, problems, &n);
+
+    for (size_t i = 0; i < n; i++)
+        printf("%s: tensor %s: %s: %s\n", source, tbm_model_tensor_dir(m, t),
+               problems ? "problem" : "warning", items[i]);
+    return n;
 }
 
 static int run_check(const char *source, enum tbm_isa isa)
@@ -139,14 +144,14 @@ static int run_check(const char *source, enum tbm_isa isa)
         fprintf(stderr, "tbmfs: %s\n", err);
         return 2;
     }
-    for (size_t i = 0; i < m->ntensors; i++) {
-        print_list(source, &m->tensors[i], "problem", &m->tensors[i].problems);
-        print_list(source, &m->tensors[i], "warning", &m->tensors[i].warnings);
-        warnings += m->tensors[i].warnings.count;
+    size_t n = tbm_model_tensor_count(m), broken = tbm_model_problem_tensors(m);
+    for (size_t i = 0; i < n; i++) {
+        print_messages(source, m, i, true);
+        warnings += print_messages(source, m, i, false);
     }
-    printf("%s: %zu tensor%s, %zu with problems, %zu warning%s\n", source, m->ntensors,
-           m->ntensors == 1 ? "" : "s", m->nproblem_tensors, warnings, warnings == 1 ? "" : "s");
-    int status = m->nproblem_tensors ? 1 : 0;
+    printf("%s: %zu tensor%s, %zu with problems, %zu warning%s\n", source, n, n == 1 ? "" : "s",
+           broken, warnings, warnings == 1 ? "" : "s");
+    int status = broken ? 1 : 0;
     tbm_model_close(m);
     return status;
 }
@@ -288,17 +293,18 @@ int main(int argc, char *argv[])
         fprintf(stderr, "tbmfs: %s\n", err);
         goto out;
     }
-    if (model->nproblem_tensors > 0)
+    size_t broken = tbm_model_problem_tensors(model);
+    if (broken > 0)
         fprintf(stderr,
                 "tbmfs: %s: %zu tensor%s with problems: their unsafe views fail with EIO (see "
                 "tbmfs --check)\n",
-                model->path, model->nproblem_tensors, model->nproblem_tensors == 1 ? "" : "s");
+                tbm_model_path(model), broken, broken == 1 ? "" : "s");
     struct tbm_view_options view_opts = {.selftest_batch = cli.batch};
     if (cli.max_read == 0)
         cli.max_read = MAX_READ_DEFAULT;
     if (tbm_views_open(model, &view_opts, &views) < 0 ||
-        add_mount_options(&args, model->path, cli.max_read) != 0) {
-        fprintf(stderr, "tbmfs: %s: out of memory\n", model->path);
+        add_mount_options(&args, tbm_model_path(model), cli.max_read) != 0) {
+        fprintf(stderr, "tbmfs: %s: out of memory\n", tbm_model_path(model));
         goto out;
     }
     /* The index's parse tree is gone by now; its pages go back to the system
@@ -308,12 +314,9 @@ int main(int argc, char *argv[])
      * thread of its own beside the FUSE workers; more BLAS threads would only
      * fight those workers for the CPUs and skew the comparison. */
     openblas_set_num_threads(1);
-    struct tbm_fs fs = {.model = model,
-                        .views = views,
-                        .uid = getuid(),
-                        .gid = getgid(),
-                        .max_read = cli.max_read,
-                        .splice = !cli.nosplice};
+    struct tbm_fs fs = {
+        .uid = getuid(), .gid = getgid(), .max_read = cli.max_read, .splice = !cli.nosplice};
+    tbm_fs_init(&fs, views);
     status = serve(&args, &opts, &fs);
 out:
     tbm_views_close(views);

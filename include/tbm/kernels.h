@@ -19,6 +19,10 @@ enum tbm_precision {
 /* Bytes per stored element of a precision; 0 for an unknown code. */
 size_t tbm_precision_size(unsigned code);
 
+/* The precision's name in an index ("fp32", "fp16", "bf16", "fp64"), or
+ * NULL for an unknown code. */
+const char *tbm_precision_name(unsigned code);
+
 /* Instruction-set level a kernel runs on. */
 enum tbm_isa {
     TBM_ISA_SCALAR = 0,

@@ -1,35 +1,29 @@
-/* Views: the virtual files of a mounted model. Each file kind of the tree is
- * one view with a size known up front and a read of any byte range that
- * computes only that range. */
+/* Views: the virtual files of a mounted model, as one table. Each row is a
+ * file kind (its name, where it lives, how its bytes come and how its size
+ * is known) with a size known up front and a read of any byte range that
+ * computes only that range. The FUSE layer builds the tree from this API
+ * alone. */
 #ifndef TBM_VIEW_H
 #define TBM_VIEW_H
 
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <time.h>
 
 #include "tbm/model.h"
 
-enum tbm_view_kind {
-    /* files of the mount's root */
-    TBM_VIEW_INDEX_JSON,
-    TBM_VIEW_MODEL_JSON,
-    TBM_VIEW_SELFTEST_REPORT,
-    /* files of each tensors/<name>/ directory */
-    TBM_VIEW_RAW,
-    TBM_VIEW_HEADER_JSON,
-    TBM_VIEW_WEIGHTS,
-    TBM_VIEW_MASK,
-    TBM_VIEW_DENSE_F32,
-    TBM_VIEW_DENSE_NPY,
-    TBM_VIEW_SELFTEST,
-    TBM_VIEW_COUNT
-};
-
-#define TBM_VIEW_FIRST_TENSOR TBM_VIEW_RAW
-
 /* A model's views: the model and what is rendered once for it. */
 struct tbm_views;
+
+/* One row of the table: a file kind. */
+struct tbm_view;
+
+/* Where a file kind lives: the mount's root, or each tensors/<dir>/. */
+enum tbm_view_place {
+    TBM_VIEW_ROOT,
+    TBM_VIEW_TENSOR,
+};
 
 /* How the views behave; zeroed fields take their defaults. */
 struct tbm_view_options {
@@ -45,31 +39,59 @@ int tbm_views_open(const struct tbm_model *model, const struct tbm_view_options 
                    struct tbm_views **out);
 void tbm_views_close(struct tbm_views *views);
 
-/* The file name of a view kind, e.g. "dense.f32". */
-const char *tbm_view_name(enum tbm_view_kind kind);
+/* Makes self-tests of these views give up with TBM_ERR_STOPPED from now on,
+ * the root report between two tensors: for a daemon that is exiting and
+ * should not wait for a report over a large model. */
+void tbm_views_stop(struct tbm_views *views);
 
-/* True for views best read through one snapshot per open: a reader should
- * take the content once with tbm_view_generate (tbm_view_read renders it
- * again on every call). */
-bool tbm_view_snapshot(enum tbm_view_kind kind);
+/* The tree's tensor directories, in index order, and their timestamps. */
+size_t tbm_views_tensor_count(const struct tbm_views *views);
+const char *tbm_views_tensor_dir(const struct tbm_views *views, size_t t);
+/* The tensor whose directory name is dir (len bytes), or -1. */
+long tbm_views_find_tensor(const struct tbm_views *views, const char *dir, size_t len);
+struct timespec tbm_views_mtime(const struct tbm_views *views);
 
-/* True for snapshot views whose content is only produced when they are
- * opened: their size is reported as 0. */
-bool tbm_view_generated(enum tbm_view_kind kind);
+/* The rows of a place, in listing order; i < tbm_view_count(place). */
+size_t tbm_view_count(enum tbm_view_place place);
+const struct tbm_view *tbm_view_at(enum tbm_view_place place, size_t i);
+/* The row of a place named name, or NULL. */
+const struct tbm_view *tbm_view_find(enum tbm_view_place place, const char *name);
 
-/* Whether view kind of tensor t can be served: false for the views of a
- * broken tensor that validation found unsafe. Such a view has size 0 and its
- * reads fail with TBM_ERR_BROKEN. */
-bool tbm_view_servable(const struct tbm_views *views, enum tbm_view_kind kind, size_t t);
+/* The file name of a row, e.g. "dense.f32". */
+const char *tbm_view_name(const struct tbm_view *view);
 
-/* The size in bytes of view kind of tensor t (t is ignored for root files). */
-int tbm_view_size(const struct tbm_views *views, enum tbm_view_kind kind, size_t t, uint64_t *size);
+/* True for views rendered whole when opened: a reader takes the content once
+ * per open with tbm_view_render (tbm_view_read renders it again per call). */
+bool tbm_view_rendered(const struct tbm_view *view);
+
+/* True for rendered views whose size is only known once rendered: stat
+ * reports 0, and a reader must not clip reads to it. */
+bool tbm_view_unsized(const struct tbm_view *view);
+
+/* True for views whose rendering can take seconds (the self-tests): their
+ * opens are best answered away from the threads that serve everything else. */
+bool tbm_view_slow(const struct tbm_view *view);
+
+/* In what follows, t is the tensor (ignored for root files). */
+
+/* Whether the view can be served: false for the views of a broken tensor
+ * that validation found unsafe. Such a view has size 0 and its reads fail
+ * with TBM_ERR_BROKEN. */
+bool tbm_view_servable(const struct tbm_views *views, const struct tbm_view *view, size_t t);
+
+/* The size in bytes. */
+int tbm_view_size(const struct tbm_views *views, const struct tbm_view *view, size_t t,
+                  uint64_t *size);
 
 /* Reads up to len bytes at off into buf; *got is short only at the end of
- * the file. Fails with TBM_ERR_BROKEN for a view of a broken tensor that
- * cannot be served, TBM_ERR_IO when the source cannot be read. */
-int tbm_view_read(const struct tbm_views *views, enum tbm_view_kind kind, size_t t, char *buf,
+ * the file. Fails with TBM_ERR_BROKEN for a view that cannot be served,
+ * TBM_ERR_IO when the source cannot be read. */
+int tbm_view_read(const struct tbm_views *views, const struct tbm_view *view, size_t t, char *buf,
                   uint64_t off, size_t len, size_t *got);
+
+/* The whole content of a rendered view, in a malloc'd buffer. */
+int tbm_view_render(const struct tbm_views *views, const struct tbm_view *view, size_t t,
+                    char **out, size_t *len);
 
 /* Where bytes of a view lie in the source, for views that can be bytes of it
  * as stored: raw.tb, weights.bin, mask.bin, and the dense views of unmasked
@@ -80,21 +102,12 @@ struct tbm_source_range {
     size_t len;   /* short only at the end of the view */
 };
 
-/* Locates up to len bytes at off of view kind of tensor t in the source, so
- * that they can be handed to the kernel without a copy (splice). Returns 1
- * and fills out for such bytes; 0 for bytes that are computed (read them
- * with tbm_view_read); TBM_ERR_BROKEN as tbm_view_read; TBM_ERR_IO when the
- * source no longer holds the range (it has shrunk since the mount). */
-int tbm_view_locate(const struct tbm_views *views, enum tbm_view_kind kind, size_t t, uint64_t off,
-                    size_t len, struct tbm_source_range *out);
-
-/* Makes self-tests give up with TBM_ERR_STOPPED from now on, the root report
- * between two tensors: for a daemon that is exiting and should not wait for
- * a report over a large model. Affects every set of views of the process. */
-void tbm_selftests_stop(void);
-
-/* Produces the whole content of a snapshot view into a malloc'd buffer. */
-int tbm_view_generate(const struct tbm_views *views, enum tbm_view_kind kind, size_t t, char **out,
-                      size_t *len);
+/* Locates up to len bytes at off in the source, so that they can be handed
+ * to the kernel without a copy (splice). Returns 1 and fills out for such
+ * bytes; 0 for bytes that are computed, or a source with no descriptor (read
+ * them with tbm_view_read); TBM_ERR_BROKEN as tbm_view_read; TBM_ERR_IO when
+ * the source no longer holds the range (it has shrunk since the mount). */
+int tbm_view_locate(const struct tbm_views *views, const struct tbm_view *view, size_t t,
+                    uint64_t off, size_t len, struct tbm_source_range *out);
 
 #endif

@@ -1,98 +1,17 @@
 /* Validation of one .tb blob: its 4096-byte header, the byte ranges of its
- * weights and mask, whether the mask can be applied, and its statistics. */
+ * weights and mask, and whether the mask can be applied. */
 #include "internal.h"
-
-#include <errno.h>
-#include <stdlib.h>
-#include <string.h>
-#include <unistd.h>
-
-/* Reads up to len bytes at off; fewer only at the end of the file. Returns
- * the count, or TBM_ERR_IO. */
-static ssize_t pread_upto(int fd, void *buf, size_t len, uint64_t off)
-{
-    size_t got = 0;
-
-    while (got < len) {
-        if (off + got > (uint64_t)INT64_MAX)
-            return TBM_ERR_IO;
-        ssize_t n = pread(fd, (char *)buf + got, len - got, (off_t)(off + got));
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n < 0)
-            return TBM_ERR_IO;
-        if (n == 0)
-            break;
-        got += (size_t)n;
-    }
-    return (ssize_t)got;
-}
-
-int tbm_pread_full(int fd, void *buf, size_t len, uint64_t off)
-{
-    ssize_t n = pread_upto(fd, buf, len, off);
-    return n >= 0 && (size_t)n == len ? 0 : TBM_ERR_IO;
-}
-
-int tbm_reader_read(struct tbm_reader *r, int fd, void *dst, size_t len, uint64_t off)
-{
-    if (fd == r->fd && off >= r->start && off - r->start <= r->len &&
-        len <= r->len - (off - r->start)) {
-        memcpy(dst, r->buf + (off - r->start), len);
-        r->hit = true;
-        return 0;
-    }
-    if (len > TBM_READER_WINDOW / 2)
-        return tbm_pread_full(fd, dst, len, off);
-    if (!r->buf && !(r->buf = malloc(TBM_READER_WINDOW)))
-        return TBM_ERR_NOMEM;
-    /* A window that served more than the read that filled it earns a larger
-     * one; one that did not starts small again, so that the headers of large
-     * tensors, far apart, cost small reads. */
-    r->size = r->hit ? 2 * r->size : TBM_READER_FIRST;
-    r->size = r->size > TBM_READER_WINDOW ? TBM_READER_WINDOW : r->size < len ? len : r->size;
-    r->hit = false;
-    ssize_t n = pread_upto(fd, r->buf, r->size, off);
-    if (n < 0 || (size_t)n < len) {
-        /* Only the bytes asked for decide whether the read fails: an error
-         * further on belongs to whatever lies there. */
-        r->fd = -1;
-        return tbm_pread_full(fd, dst, len, off);
-    }
-    r->fd = fd;
-    r->start = off;
-    r->len = (size_t)n;
-    memcpy(dst, r->buf, len);
-    return 0;
-}
-
-void tbm_reader_free(struct tbm_reader *r)
-{
-    free(r->buf);
-    r->buf = NULL;
-    r->fd = -1;
-}
-
-static uint32_t le32(const unsigned char *p)
-{
-    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-}
-
-static uint64_t le64(const unsigned char *p)
-{
-    return (uint64_t)le32(p) | (uint64_t)le32(p + 4) << 32;
-}
 
 static void decode_header(const unsigned char *p, struct tbm_blob_header *h)
 {
-    h->magic = le32(p);
-    h->version = le32(p + 4);
-    h->nm_n = le32(p + 8);
-    h->nm_m = le32(p + 12);
-    h->num_weights = le64(p + 16);
-    h->num_mask_bytes = le64(p + 24);
-    h->weights_offset = le64(p + 32);
-    h->masks_offset = le64(p + 40);
+    h->magic = tbm_le32(p);
+    h->version = tbm_le32(p + 4);
+    h->nm_n = tbm_le32(p + 8);
+    h->nm_m = tbm_le32(p + 12);
+    h->num_weights = tbm_le64(p + 16);
+    h->num_mask_bytes = tbm_le64(p + 24);
+    h->weights_offset = tbm_le64(p + 32);
+    h->masks_offset = tbm_le64(p + 40);
     h->precision = p[48];
 }
 
@@ -109,7 +28,7 @@ static int read_header(struct tbm_tensor *t, uint64_t data_end, struct tbm_reade
                                 "header at offset %llu runs past the end of the blob data "
                                 "(%llu bytes)",
                                 (unsigned long long)t->offset, (unsigned long long)data_end);
-    int r = tbm_reader_read(rd, t->fd, buf, sizeof(buf), t->offset);
+    int r = tbm_reader_read(rd, t->src, buf, sizeof(buf), t->offset);
     if (r == TBM_ERR_NOMEM)
         return r;
     if (r < 0)
@@ -251,42 +170,4 @@ int tbm_blob_validate(struct tbm_tensor *t, uint64_t data_end, struct tbm_reader
         return r;
     place_raw(t);
     return check_mask_rule(t);
-}
-
-int tbm_count_buf_init(struct tbm_count_buf *buf)
-{
-    buf->weights = malloc(TBM_COUNT_CHUNK * 8);
-    buf->mask = malloc(TBM_COUNT_CHUNK);
-    return buf->weights && buf->mask ? 0 : TBM_ERR_NOMEM;
-}
-
-void tbm_count_buf_free(struct tbm_count_buf *buf)
-{
-    free(buf->weights);
-    free(buf->mask);
-}
-
-int tbm_blob_count(struct tbm_tensor *t, enum tbm_isa isa, struct tbm_count_buf *buf,
-                   struct tbm_reader *rd)
-{
-    const struct tbm_blob_header *h = &t->hdr;
-    size_t es = tbm_precision_size(h->precision);
-    uint32_t m = h->nm_m, wb = tbm_mask_word_bytes(m);
-    uint64_t chunk = TBM_COUNT_CHUNK - TBM_COUNT_CHUNK % m;
-
-    memset(&t->stats, 0, sizeof(t->stats));
-    for (uint64_t i = 0; i < h->num_weights; i += chunk) {
-        uint64_t n = h->num_weights - i < chunk ? h->num_weights - i : chunk;
-        uint64_t groups = n / m + (n % m != 0);
-        int r = tbm_reader_read(rd, t->fd, buf->weights, n * es, t->weights.off + i * es);
-        if (r == 0)
-            r = tbm_reader_read(rd, t->fd, buf->mask, groups * wb, t->mask.off + i / m * wb);
-        if (r == TBM_ERR_NOMEM)
-            return r;
-        if (r < 0)
-            return tbm_strlist_addf(&t->problems, "payload cannot be read for statistics");
-        tbm_mask_count(isa, h->precision, buf->weights, buf->mask, h->nm_n, m, n, &t->stats);
-    }
-    t->stats_known = true;
-    return 0;
 }

@@ -89,12 +89,6 @@ int tbm_entry_parse(struct json_object *entry, size_t i, struct tbm_tensor *t, s
     return t->entry_json ? 0 : TBM_ERR_NOMEM;
 }
 
-static const char *dtype_name(unsigned precision)
-{
-    static const char *const names[] = {"fp32", "fp16", "bf16", "fp64"};
-    return precision < 4 ? names[precision] : NULL;
-}
-
 static int check_u64(struct json_object *entry, struct tbm_tensor *t, const char *key,
                      uint64_t header_value)
 {
@@ -115,7 +109,7 @@ static int check_u64(struct json_object *entry, struct tbm_tensor *t, const char
 static int check_dtype(struct json_object *entry, struct tbm_tensor *t)
 {
     struct json_object *v;
-    const char *want = dtype_name(t->hdr.precision);
+    const char *want = tbm_precision_name(t->hdr.precision);
 
     if (!json_object_object_get_ex(entry, "dtype", &v) || !want)
         return 0;

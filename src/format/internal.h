@@ -4,7 +4,18 @@
 
 #include <json-c/json.h>
 
-#include "tbm/model.h"
+#include "table.h"
+
+/* Little-endian fields of the format, whatever the host's order. */
+static inline uint32_t tbm_le32(const unsigned char *p)
+{
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+static inline uint64_t tbm_le64(const unsigned char *p)
+{
+    return (uint64_t)tbm_le32(p) | (uint64_t)tbm_le32(p + 4) << 32;
+}
 
 /* Largest index or manifest we parse, and its nesting depth. */
 #define TBM_INDEX_MAX  (256u << 20)
@@ -101,7 +112,7 @@ int tbm_entry_parse(struct json_object *entry, size_t i, struct tbm_tensor *t, s
 #define TBM_READER_WINDOW (256u << 10)
 #define TBM_READER_FIRST  (16u << 10)
 struct tbm_reader {
-    int fd; /* whose bytes buf holds; -1 for none */
+    struct tbm_source *src; /* whose bytes buf holds; NULL for none */
     uint64_t start;
     size_t len;
     size_t size;        /* bytes the last refill asked for */
@@ -110,39 +121,63 @@ struct tbm_reader {
 };
 #define TBM_READER_INIT                                                                            \
     {                                                                                              \
-        .fd = -1                                                                                   \
+        .src = NULL                                                                                \
     }
 
-/* Reads exactly len bytes at off of fd, from the window when it holds them;
+/* Reads exactly len bytes at off of src, from the window when it holds them;
  * reads over half a window bypass it. TBM_ERR_IO when those bytes cannot be
  * read, TBM_ERR_NOMEM. */
-int tbm_reader_read(struct tbm_reader *r, int fd, void *dst, size_t len, uint64_t off);
+int tbm_reader_read(struct tbm_reader *r, struct tbm_source *src, void *dst, size_t len,
+                    uint64_t off);
 void tbm_reader_free(struct tbm_reader *r);
 
-/* Reads and validates the blob at t->offset of t->fd, whose data may not
+/* Reads and validates the blob at t->offset of t->src, whose data may not
  * extend past data_end, filling the header, regions and mask usability. */
 int tbm_blob_validate(struct tbm_tensor *t, uint64_t data_end, struct tbm_reader *rd);
 
 /* Compares the index entry with the blob header and records warnings. */
 int tbm_entry_check_header(struct json_object *entry, struct tbm_tensor *t);
 
-/* Scratch for statistics, allocated once per open: TBM_COUNT_CHUNK elements
- * of the widest precision and their mask words (at most one byte per element, for m = 1). */
-#define TBM_COUNT_CHUNK (256u * 1024u)
-struct tbm_count_buf {
-    void *weights;
-    uint8_t *mask;
-};
-int tbm_count_buf_init(struct tbm_count_buf *buf);
-void tbm_count_buf_free(struct tbm_count_buf *buf);
-
-/* Computes t's mask statistics by reading its payloads in chunks. */
-int tbm_blob_count(struct tbm_tensor *t, enum tbm_isa isa, struct tbm_count_buf *buf,
-                   struct tbm_reader *rd);
-
 /* Opens a manifest's "file" beneath dirfd, the directory at the real path
  * dirpath; -1 with a reason in why. */
 int tbm_manifest_open_file(int dirfd, const char *dirpath, const char *file, size_t len,
                            const char **why);
+
+/* What an open carries from one job to the next. */
+struct tbm_opener {
+    const char *given; /* SOURCE as the user wrote it */
+    struct tbm_model *m;
+    const struct tbm_open_options *opts;
+    const char *what;            /* "index" or "manifest.json", for messages */
+    struct json_object *root;    /* parsed index or manifest */
+    struct json_object *entries; /* its "tensors" array */
+    struct tbm_json_split split; /* that array's elements, when parsed in slices */
+    uint64_t data_end;           /* container: where the index starts */
+    char *err;
+    size_t errlen;
+};
+
+/* Writes "path: message" into the opener's err and returns status. */
+int tbm_open_fail(struct tbm_opener *o, int status, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* Runs fn over [0, n) split into one span per CPU (below a few thousand
+ * tensors, one). Each tensor is touched by exactly one span. Returns the
+ * first span's failure, if any. */
+int tbm_for_each_span(struct tbm_opener *o, size_t n,
+                      int (*fn)(struct tbm_opener *o, size_t begin, size_t end));
+
+/* The jobs of an open, in the order tbm_model_open runs them. */
+int tbm_container_open(struct tbm_opener *o); /* index length, then tbm_index_read */
+int tbm_manifest_open(struct tbm_opener *o);  /* manifest.json, then tbm_index_read */
+int tbm_bare_open(struct tbm_opener *o);      /* one blob, its index synthesized */
+int tbm_index_read(struct tbm_opener *o, struct tbm_source *src, uint64_t off, uint64_t len,
+                   const char *what);     /* JSON read and split or parsed */
+int tbm_index_load(struct tbm_opener *o); /* every entry into a tensor record */
+int tbm_dirs_assign(struct tbm_model *m); /* directory names, unique */
+void tbm_dirs_free(struct tbm_model *m);
+int tbm_overlaps_check(struct tbm_model *m); /* blobs that share bytes are broken */
+int tbm_stats_count(struct tbm_opener *o);   /* mask statistics and their warnings */
+void tbm_tensors_free(struct tbm_model *m);
 
 #endif

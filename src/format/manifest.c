@@ -1,5 +1,6 @@
-/* Opening a manifest's "file" entries so that none can reach outside the
- * model directory, whatever the manifest or the directory's links say. */
+/* A manifest directory: its manifest.json, and its "file" entries opened so
+ * that none can reach outside the model directory, whatever the manifest or
+ * the directory's links say. */
 #include "internal.h"
 
 #include <errno.h>
@@ -101,4 +102,26 @@ int tbm_manifest_open_file(int dirfd, const char *dirpath, const char *file, siz
         return -1;
     }
     return fd;
+}
+
+int tbm_manifest_open(struct tbm_opener *o)
+{
+    struct stat st;
+    int r;
+
+    int fd = openat(o->m->dirfd, "manifest.json", O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    if (fd < 0)
+        return tbm_open_fail(o, TBM_ERR_SOURCE, "cannot open manifest.json: %s", strerror(errno));
+    if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
+        close(fd);
+        return tbm_open_fail(o, TBM_ERR_SOURCE, "manifest.json is not a regular file");
+    }
+    struct tbm_source *src;
+    const char *why;
+    if ((r = tbm_source_from_fd(fd, "manifest.json", &src, &why)) < 0)
+        return tbm_open_fail(o, r, "cannot read manifest.json: %s",
+                             r == TBM_ERR_NOMEM ? "out of memory" : why);
+    r = tbm_index_read(o, src, 0, src->id.size, "manifest.json");
+    tbm_source_close(src);
+    return r;
 }

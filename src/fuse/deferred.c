@@ -9,7 +9,7 @@
 struct job {
     fuse_req_t req;
     struct fuse_file_info fi;
-    enum tbm_view_kind kind;
+    const struct tbm_view *view;
     size_t t;
     struct job *next;
 };
@@ -47,7 +47,7 @@ static void *run(void *arg)
         if (fuse_req_interrupted(j->req))
             fuse_reply_err(j->req, EINTR);
         else
-            tbm_fs_open_snapshot(d->fs, j->req, &j->fi, j->kind, j->t);
+            tbm_fs_open_snapshot(d->fs, j->req, &j->fi, j->view, j->t);
         free(j);
     }
     return NULL;
@@ -104,13 +104,13 @@ int tbm_deferred_start(const struct tbm_fs *fs, struct tbm_deferred **out)
 }
 
 bool tbm_deferred_push(struct tbm_deferred *d, fuse_req_t req, const struct fuse_file_info *fi,
-                       enum tbm_view_kind kind, size_t t)
+                       const struct tbm_view *view, size_t t)
 {
     struct job *j = malloc(sizeof(*j));
 
     if (!j)
         return false;
-    *j = (struct job){.req = req, .fi = *fi, .kind = kind, .t = t};
+    *j = (struct job){.req = req, .fi = *fi, .view = view, .t = t};
     fuse_req_interrupt_func(req, on_interrupt, d);
     /* An interrupt from now on finds the job queued; one that came before
      * has marked the request, and is answered here. */
@@ -136,7 +136,7 @@ void tbm_deferred_stop(struct tbm_deferred *d)
 {
     if (!d)
         return;
-    tbm_selftests_stop();
+    tbm_views_stop(d->fs->views);
     pthread_mutex_lock(&d->lock);
     d->stopping = true;
     pthread_cond_signal(&d->ready);

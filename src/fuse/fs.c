@@ -1,4 +1,4 @@
-/* The FUSE front end: inode numbers are computed from (tensor, view kind), so
+/* The FUSE front end: inode numbers are computed from (tensor, table row), so
  * the tree needs no table, stays stable and maps each file to one view.
  * Library statuses become errno values here and nowhere else. */
 #include "fs.h"
@@ -13,27 +13,21 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+/* Inode numbers: the root, tensors/, the root files in table order, then
+ * per tensor its directory followed by its files in table order. */
 enum {
     INO_ROOT = FUSE_ROOT_ID,
-    INO_INDEX_JSON,
-    INO_MODEL_JSON,
-    INO_SELFTEST_REPORT,
     INO_TENSORS,
-    INO_FIRST_TENSOR = 8,
+    INO_FIRST_ROOT_FILE,
 };
-
-/* Inodes per tensor: its directory and one per file view. */
-#define TENSOR_SLOTS 8
-#define TENSOR_FILES (TBM_VIEW_COUNT - TBM_VIEW_FIRST_TENSOR)
-_Static_assert(TENSOR_FILES < TENSOR_SLOTS, "a tensor's files must fit in its inode slots");
 
 /* The tree never changes while mounted, so the kernel may cache it all. */
 #define CACHE_SECONDS 86400.0
 
 struct node {
     bool dir;
-    long tensor; /* -1 for the root and its files */
-    enum tbm_view_kind kind;
+    long tensor;                 /* -1 for the root, tensors/ and the root files */
+    const struct tbm_view *view; /* NULL for a directory */
 };
 
 /* libfuse splices a reply through a pipe that must hold all of it with its
@@ -51,6 +45,15 @@ static bool reply_fits_pipe(unsigned max_read)
         pipe_max = 0;
     fclose(f);
     return (unsigned long)max_read + 4 * 4096 <= pipe_max;
+}
+
+void tbm_fs_init(struct tbm_fs *fs, struct tbm_views *views)
+{
+    fs->views = views;
+    fs->root_files = tbm_view_count(TBM_VIEW_ROOT);
+    fs->tensor_files = tbm_view_count(TBM_VIEW_TENSOR);
+    fs->first_tensor = INO_FIRST_ROOT_FILE + fs->root_files;
+    fs->ntensors = tbm_views_tensor_count(views);
 }
 
 static void op_init(void *userdata, struct fuse_conn_info *conn)
@@ -90,14 +93,14 @@ static int status_errno(int status)
     }
 }
 
-static fuse_ino_t tensor_ino(size_t t)
+static fuse_ino_t tensor_ino(const struct tbm_fs *fs, size_t t)
 {
-    return INO_FIRST_TENSOR + (fuse_ino_t)t * TENSOR_SLOTS;
+    return fs->first_tensor + (fuse_ino_t)t * (1 + fs->tensor_files);
 }
 
-static fuse_ino_t file_ino(size_t t, enum tbm_view_kind kind)
+static fuse_ino_t file_ino(const struct tbm_fs *fs, size_t t, size_t k)
 {
-    return tensor_ino(t) + 1 + (kind - TBM_VIEW_FIRST_TENSOR);
+    return tensor_ino(fs, t) + 1 + k;
 }
 
 /* The tensor of a file node; root files take 0, which their views ignore. */
@@ -108,21 +111,19 @@ static size_t node_tensor(const struct node *n)
 
 static bool decode_ino(const struct tbm_fs *fs, fuse_ino_t ino, struct node *n)
 {
-    static const enum tbm_view_kind root_kinds[] = {TBM_VIEW_INDEX_JSON, TBM_VIEW_MODEL_JSON,
-                                                    TBM_VIEW_SELFTEST_REPORT};
-    n->tensor = -1;
-    n->dir = ino == INO_ROOT || ino == INO_TENSORS;
-    if (ino >= INO_INDEX_JSON && ino <= INO_SELFTEST_REPORT)
-        n->kind = root_kinds[ino - INO_INDEX_JSON];
-    if (ino < INO_FIRST_TENSOR)
-        return ino >= INO_ROOT && ino <= INO_TENSORS;
-    fuse_ino_t rel = ino - INO_FIRST_TENSOR;
-    if (rel / TENSOR_SLOTS >= fs->model->ntensors || rel % TENSOR_SLOTS > TENSOR_FILES)
+    *n = (struct node){.dir = ino == INO_ROOT || ino == INO_TENSORS, .tensor = -1};
+    if (ino < fs->first_tensor) {
+        if (ino >= INO_FIRST_ROOT_FILE)
+            n->view = tbm_view_at(TBM_VIEW_ROOT, ino - INO_FIRST_ROOT_FILE);
+        return ino >= INO_ROOT;
+    }
+    fuse_ino_t rel = ino - fs->first_tensor, slots = 1 + fs->tensor_files;
+    if (rel / slots >= fs->ntensors)
         return false;
-    n->tensor = (long)(rel / TENSOR_SLOTS);
-    n->dir = rel % TENSOR_SLOTS == 0;
+    n->tensor = (long)(rel / slots);
+    n->dir = rel % slots == 0;
     if (!n->dir)
-        n->kind = (enum tbm_view_kind)(TBM_VIEW_FIRST_TENSOR + rel % TENSOR_SLOTS - 1);
+        n->view = tbm_view_at(TBM_VIEW_TENSOR, rel % slots - 1);
     return true;
 }
 
@@ -134,15 +135,15 @@ static int fill_attr(const struct tbm_fs *fs, fuse_ino_t ino, const struct node 
     st->st_ino = ino;
     st->st_uid = fs->uid;
     st->st_gid = fs->gid;
-    st->st_atim = st->st_mtim = st->st_ctim = fs->model->mtime;
+    st->st_atim = st->st_mtim = st->st_ctim = tbm_views_mtime(fs->views);
     if (n->dir) {
         st->st_mode = S_IFDIR | 0555;
         st->st_nlink = ino == INO_ROOT ? 3 : 2;
         if (ino == INO_TENSORS)
-            st->st_nlink = 2 + (nlink_t)fs->model->ntensors;
+            st->st_nlink = 2 + (nlink_t)fs->ntensors;
         return 0;
     }
-    int r = tbm_view_size(fs->views, n->kind, node_tensor(n), &size);
+    int r = tbm_view_size(fs->views, n->view, node_tensor(n), &size);
     if (r < 0)
         return r;
     st->st_mode = S_IFREG | 0444;
@@ -171,25 +172,30 @@ static void reply_entry(fuse_req_t req, fuse_ino_t ino)
         fuse_reply_entry(req, &e);
 }
 
-static fuse_ino_t lookup_root(const char *name)
+/* The index of a row within its place. */
+static size_t row_index(enum tbm_view_place place, const struct tbm_view *view)
 {
-    if (strcmp(name, "index.json") == 0)
-        return INO_INDEX_JSON;
-    if (strcmp(name, "model.json") == 0)
-        return INO_MODEL_JSON;
-    if (strcmp(name, "selftest") == 0)
-        return INO_SELFTEST_REPORT;
-    if (strcmp(name, "tensors") == 0)
-        return INO_TENSORS;
-    return 0;
+    size_t k = 0;
+
+    while (tbm_view_at(place, k) != view)
+        k++;
+    return k;
 }
 
-static fuse_ino_t lookup_tensor_file(size_t t, const char *name)
+static fuse_ino_t lookup_root(const char *name)
 {
-    for (int k = TBM_VIEW_FIRST_TENSOR; k < TBM_VIEW_COUNT; k++)
-        if (strcmp(name, tbm_view_name((enum tbm_view_kind)k)) == 0)
-            return file_ino(t, (enum tbm_view_kind)k);
-    return 0;
+    const struct tbm_view *view = tbm_view_find(TBM_VIEW_ROOT, name);
+
+    if (view)
+        return INO_FIRST_ROOT_FILE + row_index(TBM_VIEW_ROOT, view);
+    return strcmp(name, "tensors") == 0 ? INO_TENSORS : 0;
+}
+
+static fuse_ino_t lookup_tensor_file(const struct tbm_fs *fs, size_t t, const char *name)
+{
+    const struct tbm_view *view = tbm_view_find(TBM_VIEW_TENSOR, name);
+
+    return view ? file_ino(fs, t, row_index(TBM_VIEW_TENSOR, view)) : 0;
 }
 
 static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
@@ -201,10 +207,10 @@ static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
     if (parent == INO_ROOT) {
         ino = lookup_root(name);
     } else if (parent == INO_TENSORS) {
-        long t = tbm_model_find_dir(fs->model, name, strlen(name));
-        ino = t < 0 ? 0 : tensor_ino((size_t)t);
+        long t = tbm_views_find_tensor(fs->views, name, strlen(name));
+        ino = t < 0 ? 0 : tensor_ino(fs, (size_t)t);
     } else if (decode_ino(fs, parent, &n) && n.dir && n.tensor >= 0) {
-        ino = lookup_tensor_file((size_t)n.tensor, name);
+        ino = lookup_tensor_file(fs, (size_t)n.tensor, name);
     }
     if (ino == 0)
         fuse_reply_err(req, ENOENT);
@@ -234,40 +240,38 @@ static void op_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 static bool dir_entry(const struct tbm_fs *fs, fuse_ino_t dir, const struct node *n, size_t i,
                       const char **name, fuse_ino_t *ino, mode_t *mode)
 {
-    static const char *const root_names[] = {"index.json", "model.json", "selftest", "tensors"};
-    static const fuse_ino_t root_inos[] = {INO_INDEX_JSON, INO_MODEL_JSON, INO_SELFTEST_REPORT,
-                                           INO_TENSORS};
-
     *mode = S_IFDIR;
     if (i < 2) {
         *name = i == 0 ? "." : "..";
-        *ino = i == 0               ? dir
-               : dir == INO_ROOT    ? INO_ROOT
-               : dir == INO_TENSORS ? INO_ROOT
-                                    : INO_TENSORS;
+        *ino = i == 0 || dir == INO_ROOT || dir == INO_TENSORS ? (i == 0 ? dir : INO_ROOT)
+                                                               : INO_TENSORS;
         return true;
     }
     i -= 2;
     if (dir == INO_ROOT) {
-        if (i >= 4)
+        if (i > fs->root_files)
             return false;
-        *name = root_names[i];
-        *ino = root_inos[i];
-        *mode = i == 3 ? S_IFDIR : S_IFREG;
+        if (i == fs->root_files) {
+            *name = "tensors";
+            *ino = INO_TENSORS;
+            return true;
+        }
+        *name = tbm_view_name(tbm_view_at(TBM_VIEW_ROOT, i));
+        *ino = INO_FIRST_ROOT_FILE + i;
+        *mode = S_IFREG;
         return true;
     }
     if (dir == INO_TENSORS) {
-        if (i >= fs->model->ntensors)
+        if (i >= fs->ntensors)
             return false;
-        *name = fs->model->tensors[i].dir;
-        *ino = tensor_ino(i);
+        *name = tbm_views_tensor_dir(fs->views, i);
+        *ino = tensor_ino(fs, i);
         return true;
     }
-    if (i >= TENSOR_FILES)
+    if (i >= fs->tensor_files)
         return false;
-    enum tbm_view_kind kind = (enum tbm_view_kind)(TBM_VIEW_FIRST_TENSOR + i);
-    *name = tbm_view_name(kind);
-    *ino = file_ino((size_t)n->tensor, kind);
+    *name = tbm_view_name(tbm_view_at(TBM_VIEW_TENSOR, i));
+    *ino = file_ino(fs, (size_t)n->tensor, i);
     *mode = S_IFREG;
     return true;
 }
@@ -341,7 +345,7 @@ static void op_readdirplus(fuse_req_t req, fuse_ino_t ino, size_t size, off_t of
     reply_dir(req, ino, size, off, true);
 }
 
-/* A snapshot view's content, taken once at open so that every read of that
+/* A rendered view's content, taken once at open so that every read of that
  * open file sees the same bytes and nothing is rendered per read. */
 struct snapshot {
     char *data;
@@ -360,17 +364,17 @@ int tbm_fs_thread(pthread_t *thread, void *(*fn)(void *), void *arg)
 }
 
 void tbm_fs_open_snapshot(const struct tbm_fs *fs, fuse_req_t req, struct fuse_file_info *fi,
-                          enum tbm_view_kind kind, size_t t)
+                          const struct tbm_view *view, size_t t)
 {
     struct snapshot *s = calloc(1, sizeof(*s));
-    int r = s ? tbm_view_generate(fs->views, kind, t, &s->data, &s->len) : TBM_ERR_NOMEM;
+    int r = s ? tbm_view_render(fs->views, view, t, &s->data, &s->len) : TBM_ERR_NOMEM;
     if (r < 0) {
         free(s);
         fuse_reply_err(req, status_errno(r));
         return;
     }
-    /* A generated view's stat size is 0: the page cache must not clip reads */
-    fi->direct_io = tbm_view_generated(kind);
+    /* An unsized view's stat size is 0: the page cache must not clip reads */
+    fi->direct_io = tbm_view_unsized(view);
     fi->keep_cache = !fi->direct_io;
     fi->fh = (uint64_t)(uintptr_t)s;
     /* Unanswered (the opener is gone), the open gets no release to free s. */
@@ -398,19 +402,19 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
         return;
     }
     size_t t = node_tensor(&n);
-    if (!tbm_view_servable(fs->views, n.kind, t)) {
+    if (!tbm_view_servable(fs->views, n.view, t)) {
         fuse_reply_err(req, EIO);
         return;
     }
-    if (!tbm_view_snapshot(n.kind)) {
+    if (!tbm_view_rendered(n.view)) {
         fi->keep_cache = 1;
         fuse_reply_open(req, fi);
         return;
     }
-    if (tbm_view_generated(n.kind) && fs->deferred &&
-        tbm_deferred_push(fs->deferred, req, fi, n.kind, t))
+    if (tbm_view_slow(n.view) && fs->deferred &&
+        tbm_deferred_push(fs->deferred, req, fi, n.view, t))
         return;
-    tbm_fs_open_snapshot(fs, req, fi, n.kind, t);
+    tbm_fs_open_snapshot(fs, req, fi, n.view, t);
 }
 
 static void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
@@ -488,7 +492,7 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
     }
     if (!s && fs->splice) {
         struct tbm_source_range src;
-        r = tbm_view_locate(fs->views, n.kind, node_tensor(&n), (uint64_t)off, size, &src);
+        r = tbm_view_locate(fs->views, n.view, node_tensor(&n), (uint64_t)off, size, &src);
         if (r < 0)
             fuse_reply_err(req, status_errno(r));
         else if (r > 0)
@@ -508,7 +512,7 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
         got = s->len - start < size ? s->len - start : size;
         memcpy(buf, s->data + start, got);
     } else {
-        r = tbm_view_read(fs->views, n.kind, node_tensor(&n), buf, (uint64_t)off, size, &got);
+        r = tbm_view_read(fs->views, n.view, node_tensor(&n), buf, (uint64_t)off, size, &got);
     }
     if (r < 0)
         fuse_reply_err(req, status_errno(r));
@@ -522,7 +526,7 @@ static void op_statfs(fuse_req_t req, fuse_ino_t ino)
     struct statvfs sv = {
         .f_bsize = 4096,
         .f_frsize = 4096,
-        .f_files = INO_FIRST_TENSOR + fs->model->ntensors * TENSOR_SLOTS,
+        .f_files = fs->first_tensor + fs->ntensors * (1 + fs->tensor_files),
         .f_namemax = 255,
         .f_flag = ST_RDONLY,
     };

@@ -13,9 +13,10 @@
 struct tbm_deferred;
 
 struct tbm_fs {
-    const struct tbm_model *model;
-    const struct tbm_views *views;
-    uid_t uid; /* owner of every file: whoever mounted */
+    struct tbm_views *views;                   /* not const: stopping them at exit */
+    size_t root_files, tensor_files, ntensors; /* the table's rows per place; tensors */
+    fuse_ino_t first_tensor;                   /* inode of the first tensor's directory */
+    uid_t uid;                                 /* owner of every file: whoever mounted */
     gid_t gid;
     unsigned max_read;             /* bytes per read request, as given in the mount options */
     bool splice;                   /* byte ranges of the source are spliced: wanted, then
@@ -23,18 +24,21 @@ struct tbm_fs {
     struct tbm_deferred *deferred; /* answers the self-test opens; NULL: inline */
 };
 
-/* The operations to pass to fuse_session_new with a struct tbm_fs as userdata;
- * init settles its splice field. */
+/* Sets the views of fs and the inode layout that follows from the table. */
+void tbm_fs_init(struct tbm_fs *fs, struct tbm_views *views);
+
+/* The operations to pass to fuse_session_new with a struct tbm_fs as userdata
+ * (set up by tbm_fs_init); init settles its splice field. */
 extern const struct fuse_lowlevel_ops tbm_fs_ops;
 
 /* pthread_create, with every signal blocked in the new thread: signals are
  * for the loop's thread, which they stop (libfuse's workers block them too). */
 int tbm_fs_thread(pthread_t *thread, void *(*fn)(void *), void *arg);
 
-/* Takes the snapshot of view kind of tensor t for an open and answers req:
- * fuse_reply_open with the snapshot in fi->fh, or the error. */
+/* Renders view of tensor t for an open and answers req: fuse_reply_open
+ * with the snapshot in fi->fh, or the error. */
 void tbm_fs_open_snapshot(const struct tbm_fs *fs, fuse_req_t req, struct fuse_file_info *fi,
-                          enum tbm_view_kind kind, size_t t);
+                          const struct tbm_view *view, size_t t);
 
 /* A thread that answers, one at a time and in order, the opens of views that
  * are generated when opened (the self-tests), so that a self-test never holds
@@ -42,7 +46,7 @@ void tbm_fs_open_snapshot(const struct tbm_fs *fs, fuse_req_t req, struct fuse_f
 int tbm_deferred_start(const struct tbm_fs *fs, struct tbm_deferred **out);
 /* Queues an open for tbm_fs_open_snapshot; false when out of memory. */
 bool tbm_deferred_push(struct tbm_deferred *d, fuse_req_t req, const struct fuse_file_info *fi,
-                       enum tbm_view_kind kind, size_t t);
+                       const struct tbm_view *view, size_t t);
 /* Stops the self-test under way (a root report between two tensors), answers
  * the opens still queued with ENOTCONN and frees d (which may be NULL). */
 void tbm_deferred_stop(struct tbm_deferred *d);

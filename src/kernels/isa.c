@@ -1,4 +1,4 @@
-/* Precision sizes and the choice of instruction-set level: what the CPU has
+/* Precision sizes and names, and the choice of instruction-set level: what the CPU has
  * and what the OS saves on a context switch. */
 #include <cpuid.h>
 #include <string.h>
@@ -22,6 +22,13 @@ size_t tbm_precision_size(unsigned code)
         return 8;
     }
     return 0;
+}
+
+const char *tbm_precision_name(unsigned code)
+{
+    static const char *const names[] = {"fp32", "fp16", "bf16", "fp64"};
+
+    return code < sizeof(names) / sizeof(names[0]) ? names[code] : NULL;
 }
 
 const char *tbm_isa_name(enum tbm_isa isa)

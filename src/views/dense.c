@@ -45,7 +45,7 @@ static struct scratch *thread_scratch(void)
     return s;
 }
 
-static bool dense_servable(const struct tbm_views *v, size_t i)
+bool tbm_dense_servable(const struct tbm_views *v, size_t i)
 {
     const struct tbm_tensor *t = &v->model->tensors[i];
     return t->header_sound && t->weights.ok && (!t->mask_usable || t->mask.ok);
@@ -63,12 +63,13 @@ static int expand_chunk(const struct tbm_views *v, const struct tbm_tensor *t, s
     uint32_t m = t->hdr.nm_m;
     int r;
 
-    if ((r = tbm_pread_full(t->fd, w, count * es, t->weights.off + first * es)) < 0)
+    if ((r = tbm_source_read_full(t->src, w, count * es, t->weights.off + first * es)) < 0)
         return r;
     if (t->mask_usable) {
         uint32_t wb = tbm_mask_word_bytes(m);
         uint64_t g0 = first / m, g1 = (first + count - 1) / m;
-        if ((r = tbm_pread_full(t->fd, s->mask, (g1 - g0 + 1) * wb, t->mask.off + g0 * wb)) < 0)
+        if ((r = tbm_source_read_full(t->src, s->mask, (g1 - g0 + 1) * wb, t->mask.off + g0 * wb)) <
+            0)
             return r;
         mask = s->mask;
     }
@@ -144,46 +145,87 @@ static const struct tbm_region *identity_region(const struct tbm_tensor *t)
     return t->hdr.precision == TBM_FP32 && !t->mask_usable ? &t->weights : NULL;
 }
 
-static const struct tbm_region *f32_source(const struct tbm_views *v, size_t t, uint64_t *skip)
+const struct tbm_region *tbm_f32_region(const struct tbm_views *v, size_t t, uint64_t *skip)
 {
     *skip = 0;
     return identity_region(&v->model->tensors[t]);
 }
 
-static int f32_view_size(const struct tbm_views *v, size_t t, uint64_t *size)
+int tbm_f32_size(const struct tbm_views *v, size_t t, uint64_t *size)
 {
     *size = f32_size(&v->model->tensors[t]);
     return 0;
 }
 
-static int f32_view_read(const struct tbm_views *v, size_t t, char *buf, uint64_t off, size_t len,
-                         size_t *got)
+int tbm_f32_read(const struct tbm_views *v, size_t t, char *buf, uint64_t off, size_t len,
+                 size_t *got)
 {
     return dense_range(v, &v->model->tensors[t], buf, off, len, got);
 }
 
-/* Writes the NPY 1.0 header (magic, version, length, dict padded with spaces
- * and a newline to a multiple of 64 bytes) into out; returns its length. The
- * index's shape is used when it describes num_weights, else a 1-D shape. */
-static size_t npy_header(const struct tbm_tensor *t, char *out)
-{
-    char *p = out + 10;
-    size_t room = NPY_MAX - 10 - 64;
-    int n = snprintf(p, room, "{'descr': '<f4', 'fortran_order': False, 'shape': (");
-    bool own = t->shape_matches && (size_t)n + t->ndim * 22 + 8 < room;
+#define NPY_PREFIX "{'descr': '<f4', 'fortran_order': False, 'shape': ("
+#define NPY_SUFFIX "), }"
 
-    if (own) {
+static size_t digits(uint64_t v)
+{
+    size_t n = 1;
+
+    while (v >= 10) {
+        v /= 10;
+        n++;
+    }
+    return n;
+}
+
+/* Whether the .npy shape is the index's (it describes num_weights and fits
+ * the header), else a 1-D shape; and the length of the dict's text. */
+static size_t npy_dict_len(const struct tbm_tensor *t, bool *own)
+{
+    size_t room = NPY_MAX - 10 - 64;
+    size_t n = sizeof(NPY_PREFIX) - 1;
+
+    *own = t->shape_matches && n + t->ndim * 22 + 8 < room;
+    if (*own) {
         for (size_t k = 0; k < t->ndim; k++)
-            n += snprintf(p + n, room - (size_t)n, "%llu, ", (unsigned long long)t->shape[k]);
+            n += digits(t->shape[k]) + 2;
         if (t->ndim > 0)
             n -= t->ndim == 1 ? 1 : 2;
     } else {
-        n += snprintf(p + n, room - (size_t)n, "%llu,", (unsigned long long)t->hdr.num_weights);
+        n += digits(t->hdr.num_weights) + 1;
     }
-    n += snprintf(p + n, room - (size_t)n, "), }");
-    size_t total = 10 + (size_t)n + 1;
-    size_t padded = (total + 63) / 64 * 64;
-    memset(p + n, ' ', padded - total);
+    return n + sizeof(NPY_SUFFIX) - 1;
+}
+
+/* The NPY 1.0 header's length: magic, version, length, and the dict padded
+ * with spaces and a newline to a multiple of 64 bytes. */
+static size_t npy_header_len(const struct tbm_tensor *t)
+{
+    bool own;
+
+    return (10 + npy_dict_len(t, &own) + 1 + 63) / 64 * 64;
+}
+
+/* Writes the NPY 1.0 header into out (npy_header_len bytes). */
+static size_t npy_header(const struct tbm_tensor *t, char *out)
+{
+    bool own;
+    size_t dict = npy_dict_len(t, &own);
+    size_t padded = (10 + dict + 1 + 63) / 64 * 64;
+    char *p = out + 10;
+    size_t n = sizeof(NPY_PREFIX) - 1;
+
+    memcpy(p, NPY_PREFIX, n);
+    if (own) {
+        for (size_t k = 0; k < t->ndim; k++)
+            n += (size_t)sprintf(p + n, "%llu, ", (unsigned long long)t->shape[k]);
+        if (t->ndim > 0)
+            n -= t->ndim == 1 ? 1 : 2;
+    } else {
+        n += (size_t)sprintf(p + n, "%llu,", (unsigned long long)t->hdr.num_weights);
+    }
+    memcpy(p + n, NPY_SUFFIX, sizeof(NPY_SUFFIX) - 1);
+    n += sizeof(NPY_SUFFIX) - 1;
+    memset(p + n, ' ', padded - 10 - n);
     out[padded - 1] = '\n';
     memcpy(out, "\x93NUMPY\x01\x00", 8);
     out[8] = (char)((padded - 10) & 0xff);
@@ -191,30 +233,26 @@ static size_t npy_header(const struct tbm_tensor *t, char *out)
     return padded;
 }
 
-static int npy_view_size(const struct tbm_views *v, size_t t, uint64_t *size)
+int tbm_npy_size(const struct tbm_views *v, size_t t, uint64_t *size)
 {
     const struct tbm_tensor *tensor = &v->model->tensors[t];
-    struct scratch *s = thread_scratch();
 
-    if (!s)
-        return TBM_ERR_NOMEM;
-    *size = npy_header(tensor, s->npy) + f32_size(tensor);
+    *size = npy_header_len(tensor) + f32_size(tensor);
     return 0;
 }
 
-static const struct tbm_region *npy_source(const struct tbm_views *v, size_t t, uint64_t *skip)
+const struct tbm_region *tbm_npy_region(const struct tbm_views *v, size_t t, uint64_t *skip)
 {
     const struct tbm_tensor *tensor = &v->model->tensors[t];
-    struct scratch *s;
 
-    if (!identity_region(tensor) || !(s = thread_scratch()))
+    if (!identity_region(tensor))
         return NULL;
-    *skip = npy_header(tensor, s->npy);
+    *skip = npy_header_len(tensor);
     return identity_region(tensor);
 }
 
-static int npy_view_read(const struct tbm_views *v, size_t t, char *buf, uint64_t off, size_t len,
-                         size_t *got)
+int tbm_npy_read(const struct tbm_views *v, size_t t, char *buf, uint64_t off, size_t len,
+                 size_t *got)
 {
     const struct tbm_tensor *tensor = &v->model->tensors[t];
     struct scratch *s = thread_scratch();
@@ -236,18 +274,3 @@ static int npy_view_read(const struct tbm_views *v, size_t t, char *buf, uint64_
     *got = head + body;
     return 0;
 }
-
-const struct tbm_view_ops tbm_dense_f32_view = {
-    .name = "dense.f32",
-    .size = f32_view_size,
-    .read = f32_view_read,
-    .source = f32_source,
-    .servable = dense_servable,
-};
-const struct tbm_view_ops tbm_dense_npy_view = {
-    .name = "dense.npy",
-    .size = npy_view_size,
-    .read = npy_view_read,
-    .source = npy_source,
-    .servable = dense_servable,
-};

@@ -1,45 +1,97 @@
-/* Cross-file pieces of the views (not installed): each view kind's
- * operations and the shared context. */
+/* Cross-file pieces of the views (not installed): the row type of the view
+ * table, the shared context, and each file kind's functions. */
 #ifndef TBM_VIEWS_INTERNAL_H
 #define TBM_VIEWS_INTERNAL_H
 
+#include <stdatomic.h>
+
+#include "format/table.h"
 #include "tbm/view.h"
+
+struct tbm_selftests; /* the self-tests' lock and stop flag (selftest.c) */
 
 struct tbm_views {
     const struct tbm_model *model;
     uint32_t batch;   /* self-test batch */
     char *model_json; /* rendered once: it summarizes every tensor */
     size_t model_json_len;
+    /* per tensor, the size of the one row sized by rendering (header.json)
+     * plus one, once known (0: not yet): stat must not render it each time */
+    _Atomic uint64_t *rendered_sizes;
+    struct tbm_selftests *selftests;
 };
 
-struct tbm_view_ops {
+/* How a row's bytes come. */
+enum tbm_view_bytes {
+    TBM_BYTES_SOURCE,   /* a region of the tensor's source (or computed, where
+                         * region gives NULL for the tensor) */
+    TBM_BYTES_COMPUTED, /* any range computed on request by read */
+    TBM_BYTES_RENDERED, /* the whole content rendered once per open */
+};
+
+/* How a row's size is known. */
+enum tbm_view_sizing {
+    TBM_SIZE_FN,       /* size (or, for a source region, its length) */
+    TBM_SIZE_RENDERED, /* the length of a render, remembered per tensor */
+    TBM_SIZE_UNKNOWN,  /* only once rendered: stat says 0 */
+};
+
+struct tbm_view {
     const char *name;
+    enum tbm_view_place place;
+    enum tbm_view_bytes bytes;
+    enum tbm_view_sizing sizing;
+    /* SOURCE: the region holding the view's bytes from *skip on (what comes
+     * before, such as an .npy header, is computed), or NULL for a tensor
+     * whose view is computed by size and read */
+    const struct tbm_region *(*region)(const struct tbm_views *v, size_t t, uint64_t *skip);
     int (*size)(const struct tbm_views *v, size_t t, uint64_t *size);
     int (*read)(const struct tbm_views *v, size_t t, char *buf, uint64_t off, size_t len,
                 size_t *got);
-    int (*generate)(const struct tbm_views *v, size_t t, char **out, size_t *len);
-    /* NULL unless the view can be bytes of the source as stored: then the
-     * region holding the view's bytes from *skip on (what comes before, such
-     * as an .npy header, is computed), or NULL for a tensor whose view must
-     * be computed */
-    const struct tbm_region *(*source)(const struct tbm_views *v, size_t t, uint64_t *skip);
-    /* NULL when every tensor's view can be served */
+    int (*render)(const struct tbm_views *v, size_t t, char **out, size_t *len);
+    /* NULL: a source view is servable when its region is sound, any other
+     * view always */
     bool (*servable)(const struct tbm_views *v, size_t t);
-    bool unsized; /* produced at open; stat reports size 0 */
+    bool slow; /* rendering can take seconds */
 };
-
-extern const struct tbm_view_ops tbm_index_json_view, tbm_model_json_view, tbm_selftest_report_view,
-    tbm_raw_view, tbm_header_json_view, tbm_weights_view, tbm_mask_view, tbm_dense_f32_view,
-    tbm_dense_npy_view, tbm_selftest_view;
 
 /* Copies the part of [src, src + srclen) at off into buf. */
 void tbm_copy_range(char *buf, uint64_t off, size_t len, const char *src, size_t srclen,
                     size_t *got);
 
-/* Renders model.json for tbm_views_open. */
-int tbm_model_json_render(const struct tbm_views *v, char **out, size_t *len);
-
 /* Serializes obj pretty-printed with a final newline into a malloc'd buffer. */
 int tbm_json_dump(struct json_object *obj, char **out, size_t *len);
+
+/* region.c: raw.tb, weights.bin, mask.bin */
+const struct tbm_region *tbm_raw_region(const struct tbm_views *v, size_t t, uint64_t *skip);
+const struct tbm_region *tbm_weights_region(const struct tbm_views *v, size_t t, uint64_t *skip);
+const struct tbm_region *tbm_mask_region(const struct tbm_views *v, size_t t, uint64_t *skip);
+
+/* json_views.c: index.json, model.json, header.json */
+int tbm_index_json_size(const struct tbm_views *v, size_t t, uint64_t *size);
+int tbm_index_json_read(const struct tbm_views *v, size_t t, char *buf, uint64_t off, size_t len,
+                        size_t *got);
+int tbm_model_json_render(const struct tbm_views *v, char **out, size_t *len);
+int tbm_model_json_size(const struct tbm_views *v, size_t t, uint64_t *size);
+int tbm_model_json_read(const struct tbm_views *v, size_t t, char *buf, uint64_t off, size_t len,
+                        size_t *got);
+int tbm_header_json_render(const struct tbm_views *v, size_t t, char **out, size_t *len);
+
+/* dense.c: dense.f32, dense.npy */
+bool tbm_dense_servable(const struct tbm_views *v, size_t t);
+const struct tbm_region *tbm_f32_region(const struct tbm_views *v, size_t t, uint64_t *skip);
+int tbm_f32_size(const struct tbm_views *v, size_t t, uint64_t *size);
+int tbm_f32_read(const struct tbm_views *v, size_t t, char *buf, uint64_t off, size_t len,
+                 size_t *got);
+const struct tbm_region *tbm_npy_region(const struct tbm_views *v, size_t t, uint64_t *skip);
+int tbm_npy_size(const struct tbm_views *v, size_t t, uint64_t *size);
+int tbm_npy_read(const struct tbm_views *v, size_t t, char *buf, uint64_t off, size_t len,
+                 size_t *got);
+
+/* selftest.c: a tensor's selftest and the root report */
+int tbm_selftests_init(struct tbm_views *v);
+void tbm_selftests_free(struct tbm_views *v);
+int tbm_selftest_render(const struct tbm_views *v, size_t t, char **out, size_t *len);
+int tbm_selftest_report_render(const struct tbm_views *v, size_t t, char **out, size_t *len);
 
 #endif

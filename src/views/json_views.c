@@ -10,8 +10,7 @@
 
 static const char *dtype_name(const struct tbm_tensor *t)
 {
-    static const char *const names[] = {"fp32", "fp16", "bf16", "fp64"};
-    return t->header_read && t->hdr.precision < 4 ? names[t->hdr.precision] : NULL;
+    return t->header_read ? tbm_precision_name(t->hdr.precision) : NULL;
 }
 
 static struct json_object *strlist_json(const struct tbm_strlist *list)
@@ -85,7 +84,7 @@ static struct json_object *stored_json(const char *text)
     return obj;
 }
 
-static int header_render(const struct tbm_views *v, size_t t, char **out, size_t *len)
+int tbm_header_json_render(const struct tbm_views *v, size_t t, char **out, size_t *len)
 {
     const struct tbm_tensor *tensor = &v->model->tensors[t];
     struct json_object *o = json_object_new_object();
@@ -109,33 +108,6 @@ static int header_render(const struct tbm_views *v, size_t t, char **out, size_t
     int r = tbm_json_dump(o, out, len);
     json_object_put(o);
     return r;
-}
-
-static int header_size(const struct tbm_views *v, size_t t, uint64_t *size)
-{
-    char *buf;
-    size_t len;
-    int r = header_render(v, t, &buf, &len);
-
-    if (r < 0)
-        return r;
-    free(buf);
-    *size = len;
-    return 0;
-}
-
-static int header_read(const struct tbm_views *v, size_t t, char *buf, uint64_t off, size_t len,
-                       size_t *got)
-{
-    char *doc;
-    size_t doclen;
-    int r = header_render(v, t, &doc, &doclen);
-
-    if (r < 0)
-        return r;
-    tbm_copy_range(buf, off, len, doc, doclen, got);
-    free(doc);
-    return 0;
 }
 
 static uint64_t add_sat(uint64_t a, uint64_t b)
@@ -193,49 +165,32 @@ int tbm_model_json_render(const struct tbm_views *v, char **out, size_t *len)
     return r;
 }
 
-static int model_size(const struct tbm_views *v, size_t t, uint64_t *size)
+int tbm_model_json_size(const struct tbm_views *v, size_t t, uint64_t *size)
 {
     (void)t;
     *size = v->model_json_len;
     return 0;
 }
 
-static int model_read(const struct tbm_views *v, size_t t, char *buf, uint64_t off, size_t len,
-                      size_t *got)
+int tbm_model_json_read(const struct tbm_views *v, size_t t, char *buf, uint64_t off, size_t len,
+                        size_t *got)
 {
     (void)t;
     tbm_copy_range(buf, off, len, v->model_json, v->model_json_len, got);
     return 0;
 }
 
-static int index_size(const struct tbm_views *v, size_t t, uint64_t *size)
+int tbm_index_json_size(const struct tbm_views *v, size_t t, uint64_t *size)
 {
     (void)t;
     *size = v->model->index_json_len;
     return 0;
 }
 
-static int index_read(const struct tbm_views *v, size_t t, char *buf, uint64_t off, size_t len,
-                      size_t *got)
+int tbm_index_json_read(const struct tbm_views *v, size_t t, char *buf, uint64_t off, size_t len,
+                        size_t *got)
 {
     (void)t;
     tbm_copy_range(buf, off, len, v->model->index_json, v->model->index_json_len, got);
     return 0;
 }
-
-const struct tbm_view_ops tbm_index_json_view = {
-    .name = "index.json",
-    .size = index_size,
-    .read = index_read,
-};
-const struct tbm_view_ops tbm_model_json_view = {
-    .name = "model.json",
-    .size = model_size,
-    .read = model_read,
-};
-const struct tbm_view_ops tbm_header_json_view = {
-    .name = "header.json",
-    .size = header_size,
-    .read = header_read,
-    .generate = header_render,
-};

@@ -25,16 +25,34 @@
 #define VECTOR_BUDGET (4u << 20)
 #define REPEATS       3
 
-/* One self-test at a time: with the caps above it bounds the daemon's memory
- * (about 250 MiB at most, for an fp64 tensor) and keeps the timings of
- * concurrent readers from disturbing each other. */
-static pthread_mutex_t selftest_lock = PTHREAD_MUTEX_INITIALIZER;
+struct tbm_selftests {
+    /* One self-test at a time: with the caps above it bounds the daemon's
+     * memory (about 250 MiB at most, for an fp64 tensor) and keeps the
+     * timings of concurrent readers from disturbing each other. */
+    pthread_mutex_t lock;
+    atomic_bool stopping;
+};
 
-static atomic_bool stopping;
-
-void tbm_selftests_stop(void)
+int tbm_selftests_init(struct tbm_views *v)
 {
-    atomic_store(&stopping, true);
+    v->selftests = calloc(1, sizeof(*v->selftests));
+    if (!v->selftests)
+        return TBM_ERR_NOMEM;
+    pthread_mutex_init(&v->selftests->lock, NULL);
+    return 0;
+}
+
+void tbm_selftests_free(struct tbm_views *v)
+{
+    if (!v->selftests)
+        return;
+    pthread_mutex_destroy(&v->selftests->lock);
+    free(v->selftests);
+}
+
+void tbm_views_stop(struct tbm_views *v)
+{
+    atomic_store(&v->selftests->stopping, true);
 }
 
 struct result {
@@ -132,9 +150,9 @@ static int load_payload(const struct tbm_tensor *t, uint64_t n, void **w, uint8_
     *mask = malloc(mbytes + 1);
     if (!*w || !*mask)
         return TBM_ERR_NOMEM;
-    int r = tbm_pread_full(t->fd, *w, n * es, t->weights.off);
+    int r = tbm_source_read_full(t->src, *w, n * es, t->weights.off);
     if (r == 0)
-        r = tbm_pread_full(t->fd, *mask, mbytes, t->mask.off);
+        r = tbm_source_read_full(t->src, *mask, mbytes, t->mask.off);
     return r;
 }
 
@@ -227,9 +245,9 @@ static int selftest_tensor(const struct tbm_views *v, const struct tbm_tensor *t
     }
     if (res->rows_tested > vmax)
         res->rows_tested = vmax;
-    pthread_mutex_lock(&selftest_lock);
+    pthread_mutex_lock(&v->selftests->lock);
     int r = run_products(v, t, res);
-    pthread_mutex_unlock(&selftest_lock);
+    pthread_mutex_unlock(&v->selftests->lock);
     /* One tensor's failure is its own line in a report, never the report's. */
     if (r == TBM_ERR_IO)
         snprintf(res->error, sizeof(res->error), "the source could not be read (it shrank?)");
@@ -251,7 +269,7 @@ static struct json_object *finite_json(double v)
     return isfinite(v) ? json_object_new_double(v) : NULL;
 }
 
-static int tensor_generate(const struct tbm_views *v, size_t i, char **out, size_t *len)
+int tbm_selftest_render(const struct tbm_views *v, size_t i, char **out, size_t *len)
 {
     const struct tbm_tensor *t = &v->model->tensors[i];
     struct result res;
@@ -346,7 +364,7 @@ static int report_line(struct report *rep, const struct tbm_tensor *t, const str
                        res->tolerance, res->dense_seconds / res->sparse_seconds);
 }
 
-static int report_generate(const struct tbm_views *v, size_t unused, char **out, size_t *len)
+int tbm_selftest_report_render(const struct tbm_views *v, size_t unused, char **out, size_t *len)
 {
     struct report rep = {0};
     size_t counts[3] = {0, 0, 0};
@@ -356,7 +374,7 @@ static int report_generate(const struct tbm_views *v, size_t unused, char **out,
     (void)unused;
     for (size_t i = 0; i < v->model->ntensors && r == 0; i++) {
         const struct tbm_tensor *t = &v->model->tensors[i];
-        if (atomic_load(&stopping))
+        if (atomic_load(&v->selftests->stopping))
             r = TBM_ERR_STOPPED;
         else if ((r = selftest_tensor(v, t, REPORT_BUDGET, &res)) == 0)
             r = report_line(&rep, t, &res, counts);
@@ -372,24 +390,3 @@ static int report_generate(const struct tbm_views *v, size_t unused, char **out,
     *len = rep.len;
     return 0;
 }
-
-static int generated_size(const struct tbm_views *v, size_t t, uint64_t *size)
-{
-    (void)v;
-    (void)t;
-    *size = 0;
-    return 0;
-}
-
-const struct tbm_view_ops tbm_selftest_view = {
-    .name = "selftest",
-    .size = generated_size,
-    .generate = tensor_generate,
-    .unsized = true,
-};
-const struct tbm_view_ops tbm_selftest_report_view = {
-    .name = "selftest",
-    .size = generated_size,
-    .generate = report_generate,
-    .unsized = true,
-};

@@ -1,91 +1,288 @@
-/* The view table: maps each file kind of the tree to its operations. */
+/* The view table: every file kind of the tree is one row below, and the
+ * functions that serve any row by what the row says. */
 #include "internal.h"
 
 #include <assert.h>
 #include <json-c/json.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
-static const struct tbm_view_ops *const ops[TBM_VIEW_COUNT] = {
-    [TBM_VIEW_INDEX_JSON] = &tbm_index_json_view,
-    [TBM_VIEW_MODEL_JSON] = &tbm_model_json_view,
-    [TBM_VIEW_SELFTEST_REPORT] = &tbm_selftest_report_view,
-    [TBM_VIEW_RAW] = &tbm_raw_view,
-    [TBM_VIEW_HEADER_JSON] = &tbm_header_json_view,
-    [TBM_VIEW_WEIGHTS] = &tbm_weights_view,
-    [TBM_VIEW_MASK] = &tbm_mask_view,
-    [TBM_VIEW_DENSE_F32] = &tbm_dense_f32_view,
-    [TBM_VIEW_DENSE_NPY] = &tbm_dense_npy_view,
-    [TBM_VIEW_SELFTEST] = &tbm_selftest_view,
+/* Listing order within each place is the order of the rows. */
+static const struct tbm_view table[] = {
+    {
+        .name = "index.json",
+        .place = TBM_VIEW_ROOT,
+        .bytes = TBM_BYTES_COMPUTED,
+        .size = tbm_index_json_size,
+        .read = tbm_index_json_read,
+    },
+    {
+        .name = "model.json",
+        .place = TBM_VIEW_ROOT,
+        .bytes = TBM_BYTES_COMPUTED,
+        .size = tbm_model_json_size,
+        .read = tbm_model_json_read,
+    },
+    {
+        .name = "selftest",
+        .place = TBM_VIEW_ROOT,
+        .bytes = TBM_BYTES_RENDERED,
+        .sizing = TBM_SIZE_UNKNOWN,
+        .render = tbm_selftest_report_render,
+        .slow = true,
+    },
+    {
+        .name = "raw.tb",
+        .place = TBM_VIEW_TENSOR,
+        .bytes = TBM_BYTES_SOURCE,
+        .region = tbm_raw_region,
+    },
+    {
+        .name = "header.json",
+        .place = TBM_VIEW_TENSOR,
+        .bytes = TBM_BYTES_RENDERED,
+        .sizing = TBM_SIZE_RENDERED,
+        .render = tbm_header_json_render,
+    },
+    {
+        .name = "weights.bin",
+        .place = TBM_VIEW_TENSOR,
+        .bytes = TBM_BYTES_SOURCE,
+        .region = tbm_weights_region,
+    },
+    {
+        .name = "mask.bin",
+        .place = TBM_VIEW_TENSOR,
+        .bytes = TBM_BYTES_SOURCE,
+        .region = tbm_mask_region,
+    },
+    {
+        .name = "dense.f32",
+        .place = TBM_VIEW_TENSOR,
+        .bytes = TBM_BYTES_SOURCE,
+        .region = tbm_f32_region,
+        .size = tbm_f32_size,
+        .read = tbm_f32_read,
+        .servable = tbm_dense_servable,
+    },
+    {
+        .name = "dense.npy",
+        .place = TBM_VIEW_TENSOR,
+        .bytes = TBM_BYTES_SOURCE,
+        .region = tbm_npy_region,
+        .size = tbm_npy_size,
+        .read = tbm_npy_read,
+        .servable = tbm_dense_servable,
+    },
+    {
+        .name = "selftest",
+        .place = TBM_VIEW_TENSOR,
+        .bytes = TBM_BYTES_RENDERED,
+        .sizing = TBM_SIZE_UNKNOWN,
+        .render = tbm_selftest_render,
+        .slow = true,
+    },
 };
+
+#define ROWS (sizeof(table) / sizeof(table[0]))
 
 int tbm_views_open(const struct tbm_model *model, const struct tbm_view_options *opts,
                    struct tbm_views **out)
 {
     uint32_t batch = opts && opts->selftest_batch ? opts->selftest_batch : TBM_BATCH_DEFAULT;
+    struct tbm_views *v = calloc(1, sizeof(*v));
+    int r = TBM_ERR_NOMEM;
 
     assert(batch <= TBM_BATCH_MAX);
-    struct tbm_views *v = calloc(1, sizeof(*v));
+    *out = NULL;
     if (!v)
-        return TBM_ERR_NOMEM;
+        return r;
     v->model = model;
     v->batch = batch;
-    int r = tbm_model_json_render(v, &v->model_json, &v->model_json_len);
-    if (r < 0) {
-        free(v);
-        return r;
-    }
+    v->rendered_sizes = calloc(model->ntensors ? model->ntensors : 1, sizeof(*v->rendered_sizes));
+    if (!v->rendered_sizes || (r = tbm_selftests_init(v)) < 0 ||
+        (r = tbm_model_json_render(v, &v->model_json, &v->model_json_len)) < 0)
+        goto out_err;
     *out = v;
     return 0;
+
+out_err:
+    tbm_views_close(v);
+    return r;
 }
 
 void tbm_views_close(struct tbm_views *v)
 {
     if (!v)
         return;
+    tbm_selftests_free(v);
+    free(v->rendered_sizes);
     free(v->model_json);
     free(v);
 }
 
-const char *tbm_view_name(enum tbm_view_kind kind)
+size_t tbm_views_tensor_count(const struct tbm_views *v)
 {
-    return ops[kind]->name;
+    return v->model->ntensors;
 }
 
-bool tbm_view_snapshot(enum tbm_view_kind kind)
+const char *tbm_views_tensor_dir(const struct tbm_views *v, size_t t)
 {
-    return ops[kind]->generate != NULL;
+    return v->model->tensors[t].dir;
 }
 
-bool tbm_view_generated(enum tbm_view_kind kind)
+long tbm_views_find_tensor(const struct tbm_views *v, const char *dir, size_t len)
 {
-    return ops[kind]->unsized;
+    return tbm_model_find_dir(v->model, dir, len);
 }
 
-bool tbm_view_servable(const struct tbm_views *v, enum tbm_view_kind kind, size_t t)
+struct timespec tbm_views_mtime(const struct tbm_views *v)
 {
-    return !ops[kind]->servable || ops[kind]->servable(v, t);
+    return v->model->mtime;
 }
 
-int tbm_view_size(const struct tbm_views *v, enum tbm_view_kind kind, size_t t, uint64_t *size)
+size_t tbm_view_count(enum tbm_view_place place)
 {
+    size_t n = 0;
+
+    for (size_t i = 0; i < ROWS; i++)
+        n += table[i].place == place;
+    return n;
+}
+
+const struct tbm_view *tbm_view_at(enum tbm_view_place place, size_t i)
+{
+    for (size_t k = 0; k < ROWS; k++)
+        if (table[k].place == place && i-- == 0)
+            return &table[k];
+    return NULL;
+}
+
+const struct tbm_view *tbm_view_find(enum tbm_view_place place, const char *name)
+{
+    for (size_t k = 0; k < ROWS; k++)
+        if (table[k].place == place && strcmp(table[k].name, name) == 0)
+            return &table[k];
+    return NULL;
+}
+
+const char *tbm_view_name(const struct tbm_view *view)
+{
+    return view->name;
+}
+
+bool tbm_view_rendered(const struct tbm_view *view)
+{
+    return view->bytes == TBM_BYTES_RENDERED;
+}
+
+bool tbm_view_unsized(const struct tbm_view *view)
+{
+    return view->sizing == TBM_SIZE_UNKNOWN;
+}
+
+bool tbm_view_slow(const struct tbm_view *view)
+{
+    return view->slow;
+}
+
+/* The region of a source view for tensor t, or NULL when it is computed. */
+static const struct tbm_region *region_of(const struct tbm_views *v, const struct tbm_view *view,
+                                          size_t t, uint64_t *skip)
+{
+    *skip = 0;
+    return view->bytes == TBM_BYTES_SOURCE ? view->region(v, t, skip) : NULL;
+}
+
+bool tbm_view_servable(const struct tbm_views *v, const struct tbm_view *view, size_t t)
+{
+    uint64_t skip;
+
+    if (view->servable)
+        return view->servable(v, t);
+    if (view->bytes != TBM_BYTES_SOURCE)
+        return true;
+    return v->model->tensors[t].header_sound && region_of(v, view, t, &skip)->ok;
+}
+
+int tbm_view_render(const struct tbm_views *v, const struct tbm_view *view, size_t t, char **out,
+                    size_t *len)
+{
+    return view->render(v, t, out, len);
+}
+
+static int rendered_size(const struct tbm_views *v, const struct tbm_view *view, size_t t,
+                         uint64_t *size)
+{
+    uint64_t known = atomic_load_explicit(&v->rendered_sizes[t], memory_order_relaxed);
+    char *doc;
+    size_t len;
+
+    if (known) {
+        *size = known - 1;
+        return 0;
+    }
+    int r = view->render(v, t, &doc, &len);
+    if (r < 0)
+        return r;
+    free(doc);
+    /* Two threads that race here store the same value. */
+    atomic_store_explicit(&v->rendered_sizes[t], (uint64_t)len + 1, memory_order_relaxed);
+    *size = len;
+    return 0;
+}
+
+int tbm_view_size(const struct tbm_views *v, const struct tbm_view *view, size_t t, uint64_t *size)
+{
+    const struct tbm_region *region;
+    uint64_t skip;
+
     *size = 0;
-    return tbm_view_servable(v, kind, t) ? ops[kind]->size(v, t, size) : 0;
+    if (!tbm_view_servable(v, view, t))
+        return 0;
+    switch (view->sizing) {
+    case TBM_SIZE_UNKNOWN:
+        return 0;
+    case TBM_SIZE_RENDERED:
+        return rendered_size(v, view, t, size);
+    case TBM_SIZE_FN:
+        break;
+    }
+    if (view->size)
+        return view->size(v, t, size);
+    region = region_of(v, view, t, &skip);
+    *size = skip + region->len;
+    return 0;
 }
 
-int tbm_view_read(const struct tbm_views *v, enum tbm_view_kind kind, size_t t, char *buf,
+static int read_region(const struct tbm_tensor *tensor, const struct tbm_region *region, char *buf,
+                       uint64_t off, size_t len, size_t *got)
+{
+    if (off >= region->len)
+        return 0;
+    size_t n = region->len - off < len ? (size_t)(region->len - off) : len;
+    int r = tbm_source_read_full(tensor->src, buf, n, region->off + off);
+    if (r < 0)
+        return r;
+    *got = n;
+    return 0;
+}
+
+int tbm_view_read(const struct tbm_views *v, const struct tbm_view *view, size_t t, char *buf,
                   uint64_t off, size_t len, size_t *got)
 {
-    *got = 0;
-    if (!tbm_view_servable(v, kind, t))
-        return TBM_ERR_BROKEN;
-    if (ops[kind]->read)
-        return ops[kind]->read(v, t, buf, off, len, got);
-
+    uint64_t skip;
     char *doc;
     size_t doclen;
-    int r = ops[kind]->generate(v, t, &doc, &doclen);
+
+    *got = 0;
+    if (!tbm_view_servable(v, view, t))
+        return TBM_ERR_BROKEN;
+    if (view->read)
+        return view->read(v, t, buf, off, len, got);
+    if (view->bytes == TBM_BYTES_SOURCE)
+        return read_region(&v->model->tensors[t], region_of(v, view, t, &skip), buf, off, len, got);
+    int r = view->render(v, t, &doc, &doclen);
     if (r < 0)
         return r;
     tbm_copy_range(buf, off, len, doc, doclen, got);
@@ -93,38 +290,31 @@ int tbm_view_read(const struct tbm_views *v, enum tbm_view_kind kind, size_t t, 
     return 0;
 }
 
-int tbm_view_locate(const struct tbm_views *v, enum tbm_view_kind kind, size_t t, uint64_t off,
+int tbm_view_locate(const struct tbm_views *v, const struct tbm_view *view, size_t t, uint64_t off,
                     size_t len, struct tbm_source_range *out)
 {
-    struct stat st;
-    uint64_t skip;
+    uint64_t skip, size;
 
     *out = (struct tbm_source_range){.fd = -1};
-    if (!ops[kind]->source)
+    if (view->bytes != TBM_BYTES_SOURCE)
         return 0;
-    if (!tbm_view_servable(v, kind, t))
+    if (!tbm_view_servable(v, view, t))
         return TBM_ERR_BROKEN;
-    const struct tbm_tensor *tensor = &v->model->tensors[t];
-    const struct tbm_region *r = ops[kind]->source(v, t, &skip);
-    if (!r || off < skip)
+    struct tbm_source *src = v->model->tensors[t].src;
+    const struct tbm_region *r = region_of(v, view, t, &skip);
+    if (!r || off < skip || src->fd < 0)
         return 0;
     off -= skip;
     if (off >= r->len)
         return 1;
-    out->fd = tensor->fd;
+    out->fd = src->fd;
     out->pos = r->off + off;
     out->len = r->len - off < len ? (size_t)(r->len - off) : len;
-    /* The range was inside the file at mount; a source that has shrunk since
-     * gives EIO, as a short pread does for tbm_view_read. */
-    if (fstat(out->fd, &st) < 0 || (uint64_t)st.st_size < out->pos + out->len)
+    /* The range was inside the source at mount; a source that has shrunk
+     * since gives EIO, as a short read does for tbm_view_read. */
+    if (tbm_source_size_now(src, &size) < 0 || size < out->pos + out->len)
         return TBM_ERR_IO;
     return 1;
-}
-
-int tbm_view_generate(const struct tbm_views *v, enum tbm_view_kind kind, size_t t, char **out,
-                      size_t *len)
-{
-    return ops[kind]->generate(v, t, out, len);
 }
 
 void tbm_copy_range(char *buf, uint64_t off, size_t len, const char *src, size_t srclen,

@@ -12,9 +12,12 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "tbm/model.h"
+#include "format/table.h"
 #include "tbm/names.h"
 #include "tbm/view.h"
+
+/* A row of the view table by place and name. */
+#define VIEW(place, name) tbm_view_find(TBM_VIEW_##place, name)
 
 /* Input layout: byte 0 is the mode, the rest the payload.
  *   bit 0     also open the container bytes as a bare .tb
@@ -253,7 +256,7 @@ static enum tbm_isa pick_isa(unsigned mode)
 
 /* Where tbm_view_locate puts bytes that tbm_view_read gave (got of them in
  * bufa), the source must hold those very bytes. */
-static void check_located(const struct tbm_views *v, enum tbm_view_kind kind, size_t t,
+static void check_located(const struct tbm_views *v, const struct tbm_view *kind, size_t t,
                           uint64_t off, size_t len, size_t got)
 {
     struct tbm_source_range src;
@@ -272,8 +275,8 @@ static void check_located(const struct tbm_views *v, enum tbm_view_kind kind, si
  * the bytes against the source where the view says they lie; a successful
  * read is repeated in two parts split at split, into a buffer shifted by one
  * byte, and must give the same bytes. */
-static int read_checked(const struct tbm_views *v, enum tbm_view_kind kind, size_t t, uint64_t size,
-                        uint64_t off, size_t len, size_t split)
+static int read_checked(const struct tbm_views *v, const struct tbm_view *kind, size_t t,
+                        uint64_t size, uint64_t off, size_t len, size_t split)
 {
     size_t got, got1, got2;
     char *b = bufb + 1;
@@ -294,7 +297,7 @@ static int read_checked(const struct tbm_views *v, enum tbm_view_kind kind, size
 
 /* A view is servable exactly when its reads succeed, and a tensor without
  * problems serves every view; an unservable view has size 0. */
-static void probe_view(const struct tbm_views *v, enum tbm_view_kind kind, size_t t, bool sound)
+static void probe_view(const struct tbm_views *v, const struct tbm_view *kind, size_t t, bool sound)
 {
     bool servable = tbm_view_servable(v, kind, t);
     uint64_t size;
@@ -317,30 +320,33 @@ static void check_npy(const struct tbm_views *v, size_t t)
     char nl;
     size_t got, k;
 
-    if (!tbm_view_servable(v, TBM_VIEW_DENSE_NPY, t))
+    if (!tbm_view_servable(v, VIEW(TENSOR, "dense.npy"), t))
         return;
-    CHECK(tbm_view_servable(v, TBM_VIEW_DENSE_F32, t));
-    CHECK(tbm_view_size(v, TBM_VIEW_DENSE_F32, t, &fsize) == 0);
-    CHECK(tbm_view_size(v, TBM_VIEW_DENSE_NPY, t, &nsize) == 0);
+    CHECK(tbm_view_servable(v, VIEW(TENSOR, "dense.f32"), t));
+    CHECK(tbm_view_size(v, VIEW(TENSOR, "dense.f32"), t, &fsize) == 0);
+    CHECK(tbm_view_size(v, VIEW(TENSOR, "dense.npy"), t, &nsize) == 0);
     CHECK(nsize > fsize && (nsize - fsize) % 64 == 0 && nsize - fsize <= 10 + 65535);
     uint64_t hlen = nsize - fsize;
-    CHECK(tbm_view_read(v, TBM_VIEW_DENSE_NPY, t, (char *)head, 0, 10, &got) == 0 && got == 10);
+    CHECK(tbm_view_read(v, VIEW(TENSOR, "dense.npy"), t, (char *)head, 0, 10, &got) == 0 &&
+          got == 10);
     CHECK(memcmp(head, "\x93NUMPY\x01\x00", 8) == 0);
     CHECK((uint64_t)(head[8] | head[9] << 8) + 10 == hlen);
-    CHECK(tbm_view_read(v, TBM_VIEW_DENSE_NPY, t, &nl, hlen - 1, 1, &got) == 0 && got == 1);
+    CHECK(tbm_view_read(v, VIEW(TENSOR, "dense.npy"), t, &nl, hlen - 1, 1, &got) == 0 && got == 1);
     CHECK(nl == '\n');
 
     k = fsize < PROBE ? (size_t)fsize : PROBE;
     if (k == 0)
         return;
-    CHECK(tbm_view_read(v, TBM_VIEW_DENSE_F32, t, bufa, fsize - k, k, &got) == 0 && got == k);
-    CHECK(tbm_view_read(v, TBM_VIEW_DENSE_NPY, t, bufb, nsize - k, k, &got) == 0 && got == k);
+    CHECK(tbm_view_read(v, VIEW(TENSOR, "dense.f32"), t, bufa, fsize - k, k, &got) == 0 &&
+          got == k);
+    CHECK(tbm_view_read(v, VIEW(TENSOR, "dense.npy"), t, bufb, nsize - k, k, &got) == 0 &&
+          got == k);
     CHECK(memcmp(bufa, bufb, k) == 0);
 }
 
 /* Reads [off, off + len) of a view that must serve all of it. */
-static char *read_range(const struct tbm_views *v, enum tbm_view_kind kind, size_t t, uint64_t off,
-                        uint64_t len)
+static char *read_range(const struct tbm_views *v, const struct tbm_view *kind, size_t t,
+                        uint64_t off, uint64_t len)
 {
     char *buf = malloc(len + 1);
     size_t got;
@@ -368,14 +374,14 @@ static void load_payload(const struct tbm_views *v, const struct tbm_tensor *t, 
     p->m = t->hdr.nm_m;
     p->wb = tbm_mask_word_bytes(p->m);
     p->masked = t->mask_usable;
-    p->weights = read_range(v, TBM_VIEW_WEIGHTS, i, first * p->es, count * p->es);
+    p->weights = read_range(v, VIEW(TENSOR, "weights.bin"), i, first * p->es, count * p->es);
     p->mask = NULL;
     p->g0 = 0;
     if (!p->masked)
         return;
     p->g0 = first / p->m;
     uint64_t groups = (first + count - 1) / p->m - p->g0 + 1;
-    p->mask = read_range(v, TBM_VIEW_MASK, i, p->g0 * p->wb, groups * p->wb);
+    p->mask = read_range(v, VIEW(TENSOR, "mask.bin"), i, p->g0 * p->wb, groups * p->wb);
 }
 
 static void free_payload(struct payload *p)
@@ -457,7 +463,7 @@ static void check_dense_range(const struct tbm_views *v, const struct tbm_tensor
 
     CHECK(mem != NULL);
     load_payload(v, t, i, first, count, &p);
-    CHECK(tbm_view_read(v, TBM_VIEW_DENSE_F32, i, dense, first * 4, count * 4, &got) == 0 &&
+    CHECK(tbm_view_read(v, VIEW(TENSOR, "dense.f32"), i, dense, first * 4, count * 4, &got) == 0 &&
           got == count * 4);
     for (uint64_t k = first; k < first + count; k++) {
         uint32_t want = kept_bit(&p, k) ? expected_f32(t->hdr.precision, stored_bits(&p, k)) : 0;
@@ -505,12 +511,12 @@ static void check_payload(const struct tbm_views *v, const struct tbm_tensor *t,
 {
     uint64_t nw = t->hdr.num_weights, size;
 
-    if (!tbm_view_servable(v, TBM_VIEW_DENSE_F32, i) || nw == 0)
+    if (!tbm_view_servable(v, VIEW(TENSOR, "dense.f32"), i) || nw == 0)
         return;
-    CHECK(tbm_view_size(v, TBM_VIEW_WEIGHTS, i, &size) == 0 &&
+    CHECK(tbm_view_size(v, VIEW(TENSOR, "weights.bin"), i, &size) == 0 &&
           size == nw * tbm_precision_size(t->hdr.precision));
-    CHECK(!t->mask_usable ||
-          (tbm_view_size(v, TBM_VIEW_MASK, i, &size) == 0 && size == t->hdr.num_mask_bytes));
+    CHECK(!t->mask_usable || (tbm_view_size(v, VIEW(TENSOR, "mask.bin"), i, &size) == 0 &&
+                              size == t->hdr.num_mask_bytes));
     check_dense_range(v, t, i, 0, nw < HEAD_ELEMENTS ? nw : HEAD_ELEMENTS, false);
     if (nw > DENSE_STEP + 64)
         check_dense_range(v, t, i, 3, DENSE_STEP + 50, true);
@@ -542,7 +548,7 @@ static bool has_keys(struct json_object *o, const char *const *keys)
     return true;
 }
 
-static struct json_object *read_document(const struct tbm_views *v, enum tbm_view_kind kind,
+static struct json_object *read_document(const struct tbm_views *v, const struct tbm_view *kind,
                                          size_t t)
 {
     uint64_t size;
@@ -579,7 +585,7 @@ static void check_header_json(const struct tbm_views *v, const struct tbm_tensor
                                        "problems",
                                        "warnings",
                                        NULL};
-    struct json_object *o = read_document(v, TBM_VIEW_HEADER_JSON, i);
+    struct json_object *o = read_document(v, VIEW(TENSOR, "header.json"), i);
     struct json_object *name, *d, *problems;
 
     if (!o)
@@ -599,7 +605,7 @@ static void check_header_json(const struct tbm_views *v, const struct tbm_tensor
 static void check_model_json(const struct tbm_views *v, const struct tbm_model *m)
 {
     static const char *const keys[] = {"format", "architecture", "config", "kernels", NULL};
-    struct json_object *o = read_document(v, TBM_VIEW_MODEL_JSON, 0);
+    struct json_object *o = read_document(v, VIEW(ROOT, "model.json"), 0);
     struct json_object *count;
 
     if (!o)
@@ -619,7 +625,7 @@ static void check_selftest(const struct tbm_views *v, size_t t)
     char *out;
     size_t len;
 
-    CHECK(tbm_view_generate(v, TBM_VIEW_SELFTEST, t, &out, &len) == 0);
+    CHECK(tbm_view_render(v, VIEW(TENSOR, "selftest"), t, &out, &len) == 0);
     struct json_object *o = parse_document(out, len);
     CHECK(has_keys(o, keys));
     json_object_put(o);
@@ -641,16 +647,16 @@ static void check_dirs(const struct tbm_model *m)
 
 static void exercise_views(const struct tbm_views *v, const struct tbm_model *m)
 {
-    probe_view(v, TBM_VIEW_INDEX_JSON, 0, true);
-    probe_view(v, TBM_VIEW_MODEL_JSON, 0, true);
+    probe_view(v, VIEW(ROOT, "index.json"), 0, true);
+    probe_view(v, VIEW(ROOT, "model.json"), 0, true);
     check_model_json(v, m);
     if (m->kind == TBM_SOURCE_BLOB)
-        json_object_put(read_document(v, TBM_VIEW_INDEX_JSON, 0));
+        json_object_put(read_document(v, VIEW(ROOT, "index.json"), 0));
     for (size_t i = 0; i < m->ntensors && i < MAX_TENSORS; i++) {
         const struct tbm_tensor *t = &m->tensors[i];
-        for (int kind = TBM_VIEW_FIRST_TENSOR; kind < TBM_VIEW_COUNT; kind++)
-            if (kind != TBM_VIEW_SELFTEST)
-                probe_view(v, (enum tbm_view_kind)kind, i, t->problems.count == 0);
+        for (size_t k = 0; k < tbm_view_count(TBM_VIEW_TENSOR); k++)
+            if (!tbm_view_slow(tbm_view_at(TBM_VIEW_TENSOR, k)))
+                probe_view(v, tbm_view_at(TBM_VIEW_TENSOR, k), i, t->problems.count == 0);
         check_npy(v, i);
         check_header_json(v, t, i);
         check_payload(v, t, i);

@@ -13,7 +13,7 @@
 
 #include <cmocka.h>
 
-#include "tbm/model.h"
+#include "format/table.h"
 
 static char dir[64];
 

@@ -1,0 +1,67 @@
+/* A model's bytes, read through one interface whatever holds them: a local
+ * file (a container, a bare blob, or one .tb of a manifest), or a file on a
+ * web server. The format layer and the views read only through it. */
+#ifndef TBM_SOURCE_H
+#define TBM_SOURCE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <time.h>
+
+#include "tbm/status.h"
+
+/* What makes a source the same file as when it was opened: for a local file
+ * its device, inode, size, mtime and ctime; for HTTP its length and the
+ * server's validator (ETag, else Last-Modified) in tag. */
+struct tbm_source_id {
+    uint64_t size;
+    uint64_t dev, ino;
+    struct timespec mtime, ctime;
+    char tag[128];
+};
+
+struct tbm_source;
+
+struct tbm_source_ops {
+    /* Reads up to len bytes at off into buf; *got is short only at the end
+     * of the source. 0, or TBM_ERR_IO / TBM_ERR_NOMEM. */
+    int (*read)(struct tbm_source *src, void *buf, size_t len, uint64_t off, size_t *got);
+    /* The source's identity now (a local file is fstat'ed; a remote one
+     * reports what its latest response said). 0 or TBM_ERR_IO. */
+    int (*identify)(struct tbm_source *src, struct tbm_source_id *out);
+    void (*close)(struct tbm_source *src);
+};
+
+struct tbm_source {
+    const struct tbm_source_ops *ops;
+    char *name;              /* path or URL, for messages */
+    struct tbm_source_id id; /* identity when opened */
+    int fd;                  /* a descriptor the bytes can be spliced from, or -1 */
+};
+
+/* Opens the regular file at path (relative to dirfd, or AT_FDCWD) for
+ * reading without following it into a FIFO or device: the type is checked
+ * on the opened descriptor. On failure returns TBM_ERR_SOURCE with the
+ * reason in *why (a static string or strerror's). */
+int tbm_source_open_file(const char *path, struct tbm_source **out, const char **why);
+
+/* Wraps fd, an open regular file that the source then owns; name is copied
+ * for messages. TBM_ERR_NOMEM or TBM_ERR_SOURCE (with *why). */
+int tbm_source_from_fd(int fd, const char *name, struct tbm_source **out, const char **why);
+
+/* Reads exactly len bytes at off; TBM_ERR_IO when the source ends sooner. */
+int tbm_source_read_full(struct tbm_source *src, void *buf, size_t len, uint64_t off);
+
+static inline int tbm_source_read(struct tbm_source *src, void *buf, size_t len, uint64_t off,
+                                  size_t *got)
+{
+    return src->ops->read(src, buf, len, off, got);
+}
+
+/* The size of the source now: TBM_ERR_IO when it cannot be known. */
+int tbm_source_size_now(struct tbm_source *src, uint64_t *size);
+
+void tbm_source_close(struct tbm_source *src);
+
+#endif

@@ -1,0 +1,16 @@
+/* Status codes of the library: every function returns 0 (or a count) or one
+ * of these negative values; errno values appear only at the FUSE edge. */
+#ifndef TBM_STATUS_H
+#define TBM_STATUS_H
+
+enum tbm_status {
+    TBM_OK = 0,
+    TBM_ERR_NOMEM = -1,   /* allocation failed */
+    TBM_ERR_IO = -2,      /* the source could not be read (it may have shrunk) */
+    TBM_ERR_SOURCE = -3,  /* the source is not usable at all */
+    TBM_ERR_BROKEN = -4,  /* this view of a broken tensor cannot be served */
+    TBM_ERR_PROBLEM = -5, /* strict open refused a model with problems */
+    TBM_ERR_STOPPED = -6  /* a self-test given up: the daemon is stopping */
+};
+
+#endif

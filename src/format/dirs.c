@@ -1,0 +1,151 @@
+/* The name table: each tensor's directory name under tensors/ (encoded,
+ * unique in the model) and the lookup from a name back to its tensor. */
+#include "internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "tbm/names.h"
+
+/* Open-addressed string set keyed by directory name; slots hold index + 1
+ * into keys, so the table owns no strings. */
+struct dirset {
+    size_t *slots;
+    size_t size; /* power of two, at least twice the entries */
+    char *const *keys;
+};
+
+static size_t dirset_probe(const struct dirset *d, const char *key, size_t len)
+{
+    size_t mask = d->size - 1;
+    size_t i = (size_t)tbm_fnv1a64(key, len) & mask;
+
+    while (d->slots[i]) {
+        const char *k = d->keys[d->slots[i] - 1];
+        if (strlen(k) == len && memcmp(k, key, len) == 0)
+            return i;
+        i = (i + 1) & mask;
+    }
+    return i;
+}
+
+static bool dirset_has(const struct dirset *d, const char *key, size_t len)
+{
+    return d->slots[dirset_probe(d, key, len)] != 0;
+}
+
+static size_t table_size(size_t n)
+{
+    size_t size = 16;
+    while (size < 2 * n + 1)
+        size *= 2;
+    return size;
+}
+
+/* Per encoded base name, the next duplicate suffix to try, so that many
+ * tensors with one name do not rescan every earlier suffix. */
+struct dupcount {
+    char **bases;
+    size_t *next;
+    struct dirset set;
+};
+
+static unsigned long next_suffix(struct dupcount *dc, size_t *nbases, const char *enc, size_t len)
+{
+    size_t slot = dirset_probe(&dc->set, enc, len);
+
+    if (!dc->set.slots[slot]) {
+        dc->bases[*nbases] = strndup(enc, len);
+        if (!dc->bases[*nbases])
+            return 0;
+        dc->next[*nbases] = 2;
+        dc->set.slots[slot] = ++*nbases;
+    }
+    return dc->next[dc->set.slots[slot] - 1]++;
+}
+
+/* The lookup from directory names to tensors: slots hold tensor index + 1. */
+struct tbm_dir_table {
+    size_t *slots;
+    size_t size;
+};
+
+int tbm_dirs_assign(struct tbm_model *m)
+{
+    struct dupcount dc = {0};
+    size_t nbases = 0;
+    char enc[TBM_NAME_MAX + 1], cand[TBM_NAME_MAX + 1];
+    int r = TBM_ERR_NOMEM;
+
+    m->dirs = calloc(1, sizeof(*m->dirs));
+    if (!m->dirs)
+        return TBM_ERR_NOMEM;
+    m->dirs->size = table_size(m->ntensors);
+    m->dirs->slots = calloc(m->dirs->size, sizeof(size_t));
+    dc.bases = calloc(m->ntensors ? m->ntensors : 1, sizeof(char *));
+    dc.next = calloc(m->ntensors ? m->ntensors : 1, sizeof(size_t));
+    dc.set.size = m->dirs->size;
+    dc.set.slots = calloc(dc.set.size, sizeof(size_t));
+    dc.set.keys = dc.bases;
+    if (!m->dirs->slots || !dc.bases || !dc.next || !dc.set.slots)
+        goto out;
+
+    char **dirs = malloc((m->ntensors ? m->ntensors : 1) * sizeof(char *));
+    if (!dirs)
+        goto out;
+    struct dirset taken = {m->dirs->slots, m->dirs->size, dirs};
+    for (size_t i = 0; i < m->ntensors; i++) {
+        struct tbm_tensor *t = &m->tensors[i];
+        size_t len = tbm_name_encode(t->name, t->name_len, enc);
+        const char *pick = enc;
+        while (dirset_has(&taken, pick, len)) {
+            unsigned long k = next_suffix(&dc, &nbases, enc, strlen(enc));
+            if (k == 0) {
+                free(dirs);
+                goto out;
+            }
+            len = tbm_name_dedup(enc, strlen(enc), k, cand);
+            pick = cand;
+        }
+        t->dir = strndup(pick, len);
+        if (!t->dir) {
+            free(dirs);
+            goto out;
+        }
+        dirs[i] = t->dir;
+        m->dirs->slots[dirset_probe(&taken, pick, len)] = i + 1;
+    }
+    free(dirs);
+    r = 0;
+out:
+    for (size_t i = 0; i < nbases; i++)
+        free(dc.bases[i]);
+    free(dc.bases);
+    free(dc.next);
+    free(dc.set.slots);
+    return r;
+}
+
+long tbm_model_find_dir(const struct tbm_model *m, const char *dir, size_t len)
+{
+    const size_t *slots = m->dirs->slots;
+    size_t mask = m->dirs->size - 1;
+    size_t i = (size_t)tbm_fnv1a64(dir, len) & mask;
+
+    while (slots[i]) {
+        const struct tbm_tensor *t = &m->tensors[slots[i] - 1];
+        if (strlen(t->dir) == len && memcmp(t->dir, dir, len) == 0)
+            return (long)(slots[i] - 1);
+        i = (i + 1) & mask;
+    }
+    return -1;
+}
+
+void tbm_dirs_free(struct tbm_model *m)
+{
+    if (!m->dirs)
+        return;
+    free(m->dirs->slots);
+    free(m->dirs);
+    m->dirs = NULL;
+}

@@ -1,0 +1,278 @@
+/* The index of a container or a manifest: its JSON read and parsed (in
+ * slices of its "tensors" array where it can be), and every entry loaded
+ * into a tensor record, in parallel spans. */
+#include "internal.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static int too_many(struct tbm_opener *o)
+{
+    return tbm_open_fail(o, TBM_ERR_SOURCE, "%s lists more than %u tensors", o->what,
+                         TBM_INDEX_ENTRIES_MAX);
+}
+
+static int parse_whole(struct tbm_opener *o)
+{
+    const char *why;
+
+    o->root = tbm_json_parse_strict(o->m->index_json, o->m->index_json_len, &why);
+    if (!o->root)
+        return tbm_open_fail(o, TBM_ERR_SOURCE, "%s is not valid JSON: %s", o->what, why);
+    return 0;
+}
+
+/* An index that is plainly an object with a "tensors" array is parsed in
+ * slices of that array (see add_sliced); any other text is parsed whole. */
+int tbm_index_read(struct tbm_opener *o, struct tbm_source *src, uint64_t off, uint64_t len,
+                   const char *what)
+{
+    if (len > TBM_INDEX_MAX)
+        return tbm_open_fail(o, TBM_ERR_SOURCE, "%s is %llu bytes, over the %u MiB limit", what,
+                             (unsigned long long)len, TBM_INDEX_MAX >> 20);
+    char *buf = malloc(len ? len : 1);
+    if (!buf)
+        return tbm_open_fail(o, TBM_ERR_NOMEM, "out of memory reading the %s", what);
+    if (tbm_source_read_full(src, buf, len, off) < 0) {
+        free(buf);
+        return tbm_open_fail(o, TBM_ERR_SOURCE, "cannot read the %s", what);
+    }
+    o->m->index_json = buf;
+    o->m->index_json_len = len;
+    o->what = what;
+    int r = tbm_json_split(buf, len, &o->split);
+    if (r == TBM_ERR_SOURCE)
+        return too_many(o);
+    if (r < 0)
+        return tbm_open_fail(o, TBM_ERR_NOMEM, "out of memory reading the %s", what);
+    if (r > 0 && (o->root = tbm_json_split_root(buf, len, &o->split)))
+        return 0;
+    tbm_json_split_free(&o->split);
+    return parse_whole(o);
+}
+
+static struct json_object *tensors_array(struct tbm_opener *o)
+{
+    struct json_object *v;
+
+    if (!json_object_is_type(o->root, json_type_object) ||
+        !json_object_object_get_ex(o->root, "tensors", &v) ||
+        !json_object_is_type(v, json_type_array))
+        return NULL;
+    return v;
+}
+
+static int take_metadata(struct tbm_opener *o)
+{
+    struct json_object *v;
+
+    if (json_object_object_get_ex(o->root, "architecture", &v) &&
+        json_object_is_type(v, json_type_string)) {
+        o->m->architecture = strdup(json_object_get_string(v));
+        if (!o->m->architecture)
+            return tbm_open_fail(o, TBM_ERR_NOMEM, "out of memory");
+    }
+    if (json_object_object_get_ex(o->root, "config", &v))
+        o->m->config = json_object_get(v);
+    return 0;
+}
+
+static int check_shape(struct tbm_tensor *t)
+{
+    uint64_t product = 1;
+
+    if (!t->shape || !t->header_read)
+        return 0;
+    for (size_t k = 0; k < t->ndim; k++)
+        if (__builtin_mul_overflow(product, t->shape[k], &product))
+            return tbm_strlist_addf(&t->warnings, "the shape's product overflows 64 bits");
+    t->shape_matches = product == t->hdr.num_weights;
+    if (!t->shape_matches)
+        return tbm_strlist_addf(&t->warnings, "the shape's product %llu is not num_weights %llu",
+                                (unsigned long long)product,
+                                (unsigned long long)t->hdr.num_weights);
+    return 0;
+}
+
+static int locate(struct tbm_opener *o, struct tbm_tensor *t, const struct tbm_entry *e,
+                  uint64_t *data_end)
+{
+    const char *why;
+
+    if (o->m->kind == TBM_SOURCE_CONTAINER) {
+        if (!e->has_offset)
+            return e->bad_offset ? 0
+                                 : tbm_strlist_addf(&t->problems, "index entry has no \"offset\"");
+        t->src = o->m->src;
+        t->offset = e->offset;
+        *data_end = o->data_end;
+        return 1;
+    }
+    if (!e->file)
+        return tbm_strlist_addf(&t->problems, "manifest entry has no string \"file\"");
+    int fd = tbm_manifest_open_file(o->m->dirfd, o->m->path, e->file, e->file_len, &why);
+    if (fd < 0)
+        return tbm_strlist_addf(&t->problems, "manifest file \"%s\" refused: %s", e->file, why);
+    int r = tbm_source_from_fd(fd, e->file, &t->src, &why);
+    if (r == TBM_ERR_NOMEM)
+        return r;
+    if (r < 0)
+        return tbm_strlist_addf(&t->problems, "manifest file \"%s\" cannot be read", e->file);
+    t->owns_src = true;
+    *data_end = t->src->id.size;
+    return 1;
+}
+
+static int add_tensor(struct tbm_opener *o, struct json_object *entry, size_t i,
+                      struct tbm_reader *rd)
+{
+    struct tbm_tensor *t = &o->m->tensors[i];
+    struct tbm_entry e;
+    uint64_t data_end = 0;
+    int r;
+
+    if ((r = tbm_entry_parse(entry, i, t, &e)) < 0)
+        return r;
+    if (!json_object_is_type(entry, json_type_object))
+        return 0;
+    if ((r = locate(o, t, &e, &data_end)) <= 0)
+        return r;
+    if ((r = tbm_blob_validate(t, data_end, rd)) < 0 || (r = tbm_entry_check_header(entry, t)) < 0)
+        return r;
+    return check_shape(t);
+}
+
+/* Below this many tensors one thread does the work sooner than several. */
+#define PARALLEL_MIN 4096
+#define PARALLEL_MAX 8
+
+struct span {
+    struct tbm_opener *o;
+    size_t begin, end;
+    int (*fn)(struct tbm_opener *o, size_t begin, size_t end);
+    int status;
+};
+
+static void *run_span(void *arg)
+{
+    struct span *s = arg;
+    s->status = s->fn(s->o, s->begin, s->end);
+    return NULL;
+}
+
+/* Runs fn over [0, n) split into one span per CPU. Each tensor is touched by
+ * exactly one span, and the parsed index is only read, so spans share nothing
+ * but the allocator. Returns the first span's failure, if any. */
+int tbm_for_each_span(struct tbm_opener *o, size_t n,
+                      int (*fn)(struct tbm_opener *o, size_t begin, size_t end))
+{
+    long cpus = n < PARALLEL_MIN ? 1 : sysconf(_SC_NPROCESSORS_ONLN);
+    size_t k = cpus < 1 ? 1 : cpus > PARALLEL_MAX ? PARALLEL_MAX : (size_t)cpus;
+    struct span spans[PARALLEL_MAX];
+    pthread_t threads[PARALLEL_MAX];
+    bool started[PARALLEL_MAX] = {false};
+    int r = 0;
+
+    for (size_t i = 0; i < k; i++)
+        spans[i] = (struct span){o, n * i / k, n * (i + 1) / k, fn, 0};
+    for (size_t i = 1; i < k; i++)
+        started[i] = pthread_create(&threads[i], NULL, run_span, &spans[i]) == 0;
+    run_span(&spans[0]);
+    for (size_t i = 1; i < k; i++) {
+        if (started[i])
+            pthread_join(threads[i], NULL);
+        else
+            run_span(&spans[i]);
+    }
+    for (size_t i = 0; i < k && r == 0; i++)
+        r = spans[i].status;
+    return r;
+}
+
+static int add_tensors(struct tbm_opener *o, size_t begin, size_t end)
+{
+    struct tbm_reader rd = TBM_READER_INIT;
+    int r = 0;
+
+    for (size_t i = begin; i < end && r == 0; i++)
+        r = add_tensor(o, json_object_array_get_idx(o->entries, i), i, &rd);
+    tbm_reader_free(&rd);
+    return r;
+}
+
+/* A span's status when a slice of the array is not valid JSON: negative like
+ * every failure, and apart from the TBM_ERR_ codes. */
+#define SLICE_INVALID (-100)
+
+/* At most this many elements, or bytes of their text, are parsed at once:
+ * the tree of one slice is all the memory the index takes while it loads. */
+#define SLICE_ELEMENTS 256
+#define SLICE_BYTES    (1u << 20)
+
+static size_t slice_end(const struct tbm_json_split *split, size_t first, size_t end)
+{
+    size_t last = first + 1;
+
+    while (last < end && last - first < SLICE_ELEMENTS &&
+           split->sep[last + 1] - split->sep[first] <= SLICE_BYTES)
+        last++;
+    return last;
+}
+
+static int add_sliced(struct tbm_opener *o, size_t begin, size_t end)
+{
+    struct tbm_reader rd = TBM_READER_INIT;
+    int r = 0;
+
+    for (size_t first = begin; first < end && r == 0;) {
+        size_t last = slice_end(&o->split, first, end);
+        struct json_object *arr = tbm_json_split_elements(o->m->index_json, &o->split, first, last);
+
+        if (!arr) {
+            r = SLICE_INVALID;
+            break;
+        }
+        for (size_t i = first; i < last && r == 0; i++)
+            r = add_tensor(o, json_object_array_get_idx(arr, i - first), i, &rd);
+        json_object_put(arr);
+        first = last;
+    }
+    tbm_reader_free(&rd);
+    return r;
+}
+
+static int load_entries(struct tbm_opener *o)
+{
+    struct json_object *arr = tensors_array(o);
+
+    if (!arr)
+        return tbm_open_fail(o, TBM_ERR_SOURCE, "%s has no \"tensors\" array", o->what);
+    bool sliced = o->split.sep != NULL;
+    size_t n = sliced ? o->split.count : json_object_array_length(arr);
+    if (n > TBM_INDEX_ENTRIES_MAX)
+        return too_many(o);
+    /* Zeroed records own nothing, so a failure part way can close them all. */
+    o->m->tensors = calloc(n ? n : 1, sizeof(*o->m->tensors));
+    if (!o->m->tensors)
+        return tbm_open_fail(o, TBM_ERR_NOMEM, "out of memory for %zu tensors", n);
+    o->m->ntensors = n;
+    o->entries = arr;
+    int r = tbm_for_each_span(o, n, sliced ? add_sliced : add_tensors);
+    if (r == SLICE_INVALID) {
+        /* The whole text is invalid too, and parsing it says why. */
+        tbm_tensors_free(o->m);
+        json_object_put(o->root);
+        tbm_json_split_free(&o->split);
+        return (r = parse_whole(o)) < 0 ? r : load_entries(o);
+    }
+    return r < 0 ? tbm_open_fail(o, r, "out of memory loading %zu tensors", n) : 0;
+}
+
+int tbm_index_load(struct tbm_opener *o)
+{
+    int r = load_entries(o);
+
+    return r < 0 ? r : take_metadata(o);
+}

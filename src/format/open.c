@@ -1,0 +1,186 @@
+/* Opening a model source into the immutable tensor table: which kind of
+ * source it is, then each job of the open in turn (index, validation, names,
+ * overlaps, statistics), and the accessors of the finished table. */
+#include "internal.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+int tbm_open_fail(struct tbm_opener *o, int status, const char *fmt, ...)
+{
+    va_list ap;
+    int n = snprintf(o->err, o->errlen, "%s: ", o->m->path);
+
+    va_start(ap, fmt);
+    if (n >= 0 && (size_t)n < o->errlen)
+        vsnprintf(o->err + n, o->errlen - (size_t)n, fmt, ap);
+    va_end(ap);
+    return status;
+}
+
+static bool ends_with(const char *s, const char *suffix)
+{
+    size_t n = strlen(s), k = strlen(suffix);
+    return n >= k && strcmp(s + n - k, suffix) == 0;
+}
+
+static int open_source(struct tbm_opener *o)
+{
+    struct tbm_model *m = o->m;
+    struct stat st;
+    const char *why;
+
+    if (stat(m->path, &st) < 0)
+        return tbm_open_fail(o, TBM_ERR_SOURCE, "%s", strerror(errno));
+    m->mtime = st.st_mtim;
+    if (S_ISDIR(st.st_mode)) {
+        m->kind = TBM_SOURCE_MANIFEST;
+        m->dirfd = open(m->path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (m->dirfd < 0)
+            return tbm_open_fail(o, TBM_ERR_SOURCE, "%s", strerror(errno));
+        return tbm_manifest_open(o);
+    }
+    int r = tbm_source_open_file(m->path, &m->src, &why);
+    if (r == TBM_ERR_SOURCE && strcmp(why, "not a regular file") == 0)
+        why = "not a regular file or a directory";
+    if (r < 0)
+        return tbm_open_fail(o, r, "%s", r == TBM_ERR_NOMEM ? "out of memory" : why);
+    m->mtime = m->src->id.mtime;
+    /* The kind and a bare blob's name come from SOURCE as given: a link
+     * named x.tb is a bare blob named x, whatever its target is called. */
+    if (ends_with(o->given, ".tb")) {
+        m->kind = TBM_SOURCE_BLOB;
+        return tbm_bare_open(o);
+    }
+    m->kind = TBM_SOURCE_CONTAINER;
+    return tbm_container_open(o);
+}
+
+static int build_table(struct tbm_opener *o)
+{
+    struct tbm_model *m = o->m;
+    int r;
+
+    if (m->kind != TBM_SOURCE_BLOB && (r = tbm_index_load(o)) < 0)
+        return r;
+    if (tbm_dirs_assign(m) < 0 || (m->kind == TBM_SOURCE_CONTAINER && tbm_overlaps_check(m) < 0))
+        return tbm_open_fail(o, TBM_ERR_NOMEM, "out of memory");
+    if ((r = tbm_stats_count(o)) < 0)
+        return tbm_open_fail(o, r, "out of memory computing statistics");
+    const struct tbm_tensor *first = NULL;
+    for (size_t i = 0; i < m->ntensors; i++) {
+        if (m->tensors[i].problems.count == 0)
+            continue;
+        m->nproblem_tensors++;
+        first = first ? first : &m->tensors[i];
+    }
+    if (o->opts->strict && first)
+        return tbm_open_fail(o, TBM_ERR_PROBLEM,
+                             "refused by -o strict: tensor %s: %s (%zu tensor(s) with "
+                             "problems)",
+                             first->dir, first->problems.items[0], m->nproblem_tensors);
+    return 0;
+}
+
+int tbm_model_open(const char *path, const struct tbm_open_options *opts, struct tbm_model **out,
+                   char *err, size_t errlen)
+{
+    struct tbm_model *m = calloc(1, sizeof(*m));
+    struct tbm_opener o = {.given = path, .m = m, .opts = opts, .err = err, .errlen = errlen};
+    int r;
+
+    *out = NULL;
+    if (!m) {
+        snprintf(err, errlen, "%s: out of memory", path);
+        return TBM_ERR_NOMEM;
+    }
+    m->dirfd = -1;
+    m->isa = opts->isa;
+    m->path = realpath(path, NULL);
+    if (!m->path) {
+        snprintf(err, errlen, "%s: %s", path, strerror(errno));
+        r = TBM_ERR_SOURCE;
+        goto out_err;
+    }
+    if ((r = open_source(&o)) < 0 || (r = build_table(&o)) < 0)
+        goto out_err;
+    json_object_put(o.root);
+    tbm_json_split_free(&o.split);
+    *out = m;
+    return 0;
+
+out_err:
+    json_object_put(o.root);
+    tbm_json_split_free(&o.split);
+    tbm_model_close(m);
+    return r;
+}
+
+void tbm_tensors_free(struct tbm_model *m)
+{
+    for (size_t i = 0; i < m->ntensors; i++) {
+        struct tbm_tensor *t = &m->tensors[i];
+        if (t->owns_src)
+            tbm_source_close(t->src);
+        free(t->name);
+        free(t->dir);
+        free(t->shape);
+        free(t->entry_json);
+        tbm_strlist_free(&t->problems);
+        tbm_strlist_free(&t->warnings);
+    }
+    free(m->tensors);
+    m->tensors = NULL;
+    m->ntensors = 0;
+}
+
+void tbm_model_close(struct tbm_model *m)
+{
+    if (!m)
+        return;
+    tbm_tensors_free(m);
+    tbm_source_close(m->src);
+    if (m->dirfd >= 0)
+        close(m->dirfd);
+    json_object_put(m->config);
+    free(m->architecture);
+    tbm_dirs_free(m);
+    free(m->index_json);
+    free(m->path);
+    free(m);
+}
+
+const char *tbm_model_path(const struct tbm_model *m)
+{
+    return m->path;
+}
+
+size_t tbm_model_tensor_count(const struct tbm_model *m)
+{
+    return m->ntensors;
+}
+
+size_t tbm_model_problem_tensors(const struct tbm_model *m)
+{
+    return m->nproblem_tensors;
+}
+
+const char *tbm_model_tensor_dir(const struct tbm_model *m, size_t t)
+{
+    return m->tensors[t].dir;
+}
+
+const char *const *tbm_model_tensor_messages(const struct tbm_model *m, size_t t, bool problems,
+                                             size_t *count)
+{
+    const struct tbm_strlist *list = problems ? &m->tensors[t].problems : &m->tensors[t].warnings;
+
+    *count = list->count;
+    return (const char *const *)list->items;
+}

@@ -1,0 +1,99 @@
+/* The records of the tensor table, shared by the format layer that fills
+ * them and the views that read them (not installed). Filled once by
+ * tbm_model_open, never changed after. */
+#ifndef TBM_FORMAT_TABLE_H
+#define TBM_FORMAT_TABLE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <time.h>
+
+#include "tbm/kernels.h"
+#include "tbm/model.h"
+#include "tbm/source.h"
+
+struct json_object;
+
+enum tbm_source_kind {
+    TBM_SOURCE_CONTAINER, /* .tbm: blobs, JSON index, 4-byte index length */
+    TBM_SOURCE_MANIFEST,  /* directory with manifest.json */
+    TBM_SOURCE_BLOB,      /* one bare .tb file */
+};
+
+#define TBM_HEADER_SIZE 4096u
+#define TBM_MAGIC       0x31304254u
+#define TBM_VERSION     1u
+
+/* The fields of a blob header as stored, before any validation. */
+struct tbm_blob_header {
+    uint32_t magic;
+    uint32_t version;
+    uint32_t nm_n;
+    uint32_t nm_m;
+    uint64_t num_weights;
+    uint64_t num_mask_bytes;
+    uint64_t weights_offset;
+    uint64_t masks_offset;
+    uint8_t precision;
+};
+
+/* A byte range of a tensor's source that was checked at open. */
+struct tbm_region {
+    uint64_t off;
+    uint64_t len;
+    bool ok; /* inside the source and clear of other regions: safe to serve */
+};
+
+/* A growable list of messages (problems or warnings). */
+struct tbm_strlist {
+    char **items;
+    size_t count;
+};
+
+struct tbm_tensor {
+    char *name; /* true name from the index; may hold NUL bytes */
+    size_t name_len;
+    char *dir;              /* directory name under tensors/, unique in the model */
+    struct tbm_source *src; /* the model's, or in manifest mode the tensor's own (owns_src) */
+    uint64_t offset;        /* of the blob in src */
+    bool header_read;       /* hdr holds the header's fields as stored (header.json shows
+                             * them, or nulls when the header could not be read) */
+    struct tbm_blob_header hdr;
+    bool header_sound;         /* magic, version, precision and sizes are valid */
+    struct tbm_region raw;     /* whole blob: header to end of last region */
+    struct tbm_region weights; /* stored weight payload */
+    struct tbm_region mask;    /* stored mask payload */
+    bool mask_usable;          /* the mask is applied by dense views */
+    uint64_t *shape;           /* from the index; NULL when absent */
+    size_t ndim;
+    bool shape_matches; /* product of shape == num_weights */
+    bool stats_known;   /* stats below are meaningful */
+    struct tbm_mask_stats stats;
+    struct tbm_strlist problems;
+    struct tbm_strlist warnings;
+    char *entry_json; /* the tensor's index entry, serialized */
+    bool owns_src;    /* manifest mode: the tensor's own file */
+};
+
+struct tbm_model {
+    char *path; /* absolute path of the source */
+    enum tbm_source_kind kind;
+    struct timespec mtime;
+    struct tbm_source *src; /* container or bare blob; NULL in manifest mode */
+    int dirfd;              /* manifest directory; -1 otherwise */
+    enum tbm_isa isa;
+    char *index_json; /* exact stored bytes (or synthesized for a bare .tb) */
+    size_t index_json_len;
+    char *architecture;         /* NULL when absent or not a string */
+    struct json_object *config; /* NULL when absent */
+    struct tbm_tensor *tensors;
+    size_t ntensors;
+    size_t nproblem_tensors;
+    struct tbm_dir_table *dirs; /* directory name -> tensor */
+};
+
+/* Index of the tensor whose directory name is dir (len bytes), or -1. */
+long tbm_model_find_dir(const struct tbm_model *model, const char *dir, size_t len);
+
+#endif
