@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what is missing, builds tbmfs and runs every test: the whole suite
-# (unit tests and real FUSE mounts) in a normal build and again under ASan and
-# UBSan, then bounded libFuzzer runs over the source-opening path and the
+# (unit tests and real FUSE mounts) in a normal build, a release build with
+# warnings as errors, the suite again under ASan and UBSan, then bounded
+# libFuzzer runs over the source-opening path and the
 # sliced index parse. Mounting
 # needs root or a user allowed to use /dev/fuse.
 #
@@ -35,13 +36,20 @@ PY
 }
 
 scripts/install-deps.sh || exit 1
-[ -d build ] || meson setup build || exit 1
+# Warnings are errors here, though not in the default options: packagers
+# build with flags of their own.
+[ -d build ] || meson setup build -Dwerror=true || exit 1
+meson configure build -Dwerror=true || exit 1
 ninja -C build || exit 1
 suite build "$@" || exit 1
 [ $quick -eq 1 ] && exit 0
 
+# What a packager builds: the release configuration must build cleanly too.
+[ -d build-release ] || meson setup build-release --buildtype=release -Dwerror=true || exit 1
+ninja -C build-release || exit 1
+
 if [ ! -d build-asan ]; then
-    meson setup build-asan -Db_sanitize=address,undefined \
+    meson setup build-asan -Db_sanitize=address,undefined -Dwerror=true \
         -Dc_args=-fno-sanitize-recover=all || exit 1
 fi
 ninja -C build-asan || exit 1

@@ -477,22 +477,37 @@ static void reply_source(fuse_req_t req, const struct tbm_source_range *src)
     fuse_reply_data(req, &bv, 0);
 }
 
-static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
-                    struct fuse_file_info *fi)
+/* A snapshot is copied out too: the reader may close the file, and its
+ * release free the snapshot, the moment our reply reaches the kernel. */
+static void read_snapshot(fuse_req_t req, const struct snapshot *s, size_t size, off_t off)
+{
+    char *buf = thread_buf(size);
+
+    if (!buf) {
+        fuse_reply_err(req, ENOMEM);
+        return;
+    }
+    size_t start = (uint64_t)off < s->len ? (size_t)off : s->len;
+    size_t got = s->len - start < size ? s->len - start : size;
+    memcpy(buf, s->data + start, got);
+    fuse_reply_buf(req, buf, got);
+}
+
+static void read_view(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off)
 {
     const struct tbm_fs *fs = fs_of(req);
-    struct snapshot *s = (struct snapshot *)(uintptr_t)fi->fh;
+    struct tbm_source_range src;
     struct node n;
     size_t got = 0;
-    int r = 0;
+    int r;
 
-    if (!s && (!decode_ino(fs, ino, &n) || n.dir)) {
+    if (!decode_ino(fs, ino, &n) || n.dir) {
         fuse_reply_err(req, EIO);
         return;
     }
-    if (!s && fs->splice) {
-        struct tbm_source_range src;
-        r = tbm_view_locate(fs->views, n.view, node_tensor(&n), (uint64_t)off, size, &src);
+    size_t t = node_tensor(&n);
+    if (fs->splice) {
+        r = tbm_view_locate(fs->views, n.view, t, (uint64_t)off, size, &src);
         if (r < 0)
             fuse_reply_err(req, status_errno(r));
         else if (r > 0)
@@ -505,19 +520,22 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
         fuse_reply_err(req, ENOMEM);
         return;
     }
-    /* A snapshot is copied out too: the reader may close the file, and its
-     * release free the snapshot, the moment our reply reaches the kernel. */
-    if (s) {
-        size_t start = (uint64_t)off < s->len ? (size_t)off : s->len;
-        got = s->len - start < size ? s->len - start : size;
-        memcpy(buf, s->data + start, got);
-    } else {
-        r = tbm_view_read(fs->views, n.view, node_tensor(&n), buf, (uint64_t)off, size, &got);
-    }
+    r = tbm_view_read(fs->views, n.view, t, buf, (uint64_t)off, size, &got);
     if (r < 0)
         fuse_reply_err(req, status_errno(r));
     else
         fuse_reply_buf(req, buf, got);
+}
+
+static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+                    struct fuse_file_info *fi)
+{
+    const struct snapshot *s = (const struct snapshot *)(uintptr_t)fi->fh;
+
+    if (s)
+        read_snapshot(req, s, size, off);
+    else
+        read_view(req, ino, size, off);
 }
 
 static void op_statfs(fuse_req_t req, fuse_ino_t ino)
