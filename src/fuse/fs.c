@@ -553,7 +553,9 @@ static void op_statfs(fuse_req_t req, fuse_ino_t ino)
     fuse_reply_statfs(req, &sv);
 }
 
-/* Every call that would change the tree fails: the mount is read-only. */
+/* Every call that would change the tree fails, even on a mount remounted
+ * read-write. (write and fallocate need a descriptor open for writing,
+ * which open never hands out.) */
 static void erofs(fuse_req_t req)
 {
     fuse_reply_err(req, EROFS);
@@ -603,13 +605,6 @@ static void op_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent, const 
     erofs(req);
 }
 
-static void op_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t size, off_t off,
-                     struct fuse_file_info *fi)
-{
-    (void)ino, (void)buf, (void)size, (void)off, (void)fi;
-    erofs(req);
-}
-
 static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode,
                       struct fuse_file_info *fi)
 {
@@ -627,13 +622,6 @@ static void op_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name, const 
 static void op_removexattr(fuse_req_t req, fuse_ino_t ino, const char *name)
 {
     (void)ino, (void)name;
-    erofs(req);
-}
-
-static void op_fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t offset, off_t length,
-                         struct fuse_file_info *fi)
-{
-    (void)ino, (void)mode, (void)offset, (void)length, (void)fi;
     erofs(req);
 }
 
@@ -656,9 +644,7 @@ const struct fuse_lowlevel_ops tbm_fs_ops = {
     .symlink = op_symlink,
     .rename = op_rename,
     .link = op_link,
-    .write = op_write,
     .create = op_create,
     .setxattr = op_setxattr,
     .removexattr = op_removexattr,
-    .fallocate = op_fallocate,
 };

@@ -1,6 +1,7 @@
 """Harness of the integration tests: named cases under a watchdog, real FUSE mounts of tbmfs
 that are always taken down, and file helpers that report errno instead of raising."""
 
+import errno
 import importlib.util
 import json
 import os
@@ -103,6 +104,15 @@ def errno_of(fn, *args):
         return 0
     except OSError as e:
         return e.errno
+
+
+def ename(n):
+    """The errno name of n ("EIO"), or n as text for one that has none (0)."""
+    return errno.errorcode.get(n, str(n))
+
+
+def expect_eio(path, what):
+    eq(ename(errno_of(read_all, path)), "EIO", "%s read errno" % what)
 
 
 def read_json(path):

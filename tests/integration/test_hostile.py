@@ -15,20 +15,12 @@ import struct
 import numpy as np
 
 import harness
-from harness import (Mount, Skip, check, eq, errno_of, mounted, pread, read_all, read_json,
-                     run)
+from harness import (Mount, Skip, check, ename, eq, errno_of, expect_eio, mounted, pread, read_all,
+                     read_json, run)
 from tbmref import Expect, dir_names, encode_name, fnv1a64, parse_npy, to_f32_bits
 
 gen = None
 DATA_VIEWS = ("raw.tb", "weights.bin", "mask.bin", "dense.f32", "dense.npy")
-
-
-def ename(n):
-    return errno.errorcode.get(n, str(n))
-
-
-def expect_eio(path, what):
-    eq(ename(errno_of(read_all, path)), "EIO", "%s read errno" % what)
 
 
 def unmasked(t):

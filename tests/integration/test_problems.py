@@ -9,20 +9,12 @@ import os
 
 import harness
 import models
-from harness import (Mount, check, eq, errno_of, mounted, read_all, read_json, run,
-                     run_tbmfs)
+from harness import (Mount, check, ename, eq, errno_of, expect_eio, mounted, read_all, read_json,
+                     run, run_tbmfs)
 from tbmref import ROOT_FILES, dir_names, to_f32_bits
 
 EIO = errno.EIO
 gen = None
-
-
-def ename(n):
-    return errno.errorcode.get(n, str(n))
-
-
-def expect_eio(path, what):
-    eq(ename(errno_of(read_all, path)), "EIO", "%s read errno" % what)
 
 
 def build_broken(tmp):

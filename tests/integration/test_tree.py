@@ -7,10 +7,11 @@ import errno
 import json
 import os
 import stat
+import subprocess
 
 import harness
 import models
-from harness import (check, eq, errno_of, kernels_supported, mounted, read_all,
+from harness import (CMD_TIMEOUT, check, ename, eq, errno_of, kernels_supported, mounted, read_all,
                      read_json, run)
 from tbmref import ROOT_FILES, TENSOR_FILES, dir_names
 
@@ -88,7 +89,19 @@ def check_model_json(m, expects, kind, source, arch, config):
     eq(mj.get("kernels"), kernels_supported()[-1], "kernels")
 
 
+def remount_rw(m):
+    """Takes the kernel's read-only flag off the mount (no helper: -i), so that every write
+    below reaches tbmfs's own handlers instead of being refused by the kernel first."""
+    p = subprocess.run(["mount", "-i", "-o", "remount,rw", m.path], capture_output=True,
+                       timeout=CMD_TIMEOUT)
+    eq(p.returncode, 0, "mount -o remount,rw exit code (%s)" % p.stderr.decode().strip())
+    with open("/proc/self/mountinfo") as f:
+        opts = [line.split()[5] for line in f if line.split()[4] == m.path]
+    eq(opts[-1].split(",")[0], "rw", "mount flags after remount")
+
+
 def check_erofs(suite, m, kind, some_dir):
+    suite.case("%s: remount read-write" % kind, lambda: remount_rw(m))
     f = m.p("index.json")
     t = m.p("tensors", some_dir)
     w = os.path.join(t, b"weights.bin")
@@ -105,10 +118,14 @@ def check_erofs(suite, m, kind, some_dir):
         ("chmod", lambda: os.chmod(f, 0o644)),
         ("truncate", lambda: os.truncate(m.p("model.json"), 0)),
         ("symlink", lambda: os.symlink("index.json", m.p("link"))),
+        ("link", lambda: os.link(f, m.p("hard"))),
+        ("mknod", lambda: os.mkfifo(m.p("fifo"))),
+        ("setxattr", lambda: os.setxattr(f, "user.x", b"1")),
+        ("removexattr", lambda: os.removexattr(f, "user.x")),
     ]
     for label, op in ops:
         suite.case("%s: %s -> EROFS" % (kind, label),
-                   lambda op=op: eq(errno.errorcode.get(errno_of(op), "0"), "EROFS", "errno"))
+                   lambda op=op: eq(ename(errno_of(op)), "EROFS", "errno"))
     suite.case("%s: nothing changed after the refused writes" % kind, lambda: eq(
         sorted(os.listdir(m.path)), sorted(ROOT_FILES), "root listing"))
 
