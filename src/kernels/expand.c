@@ -4,29 +4,6 @@
 
 #include "internal.h"
 
-/* float32 bits of an fp16 value as x86 F16C (vcvtph2ps) gives them: exact
- * for every finite value, and a NaN keeps its payload but is made quiet. */
-static uint32_t half_to_float_bits(uint16_t h)
-{
-    uint32_t sign = (uint32_t)(h & 0x8000) << 16;
-    uint32_t exp = h >> 10 & 0x1F;
-    uint32_t frac = h & 0x3FF;
-
-    if (exp == 0x1F)
-        return sign | 0x7F800000 | frac << 13 | (frac != 0 ? 0x400000 : 0);
-    if (exp != 0)
-        return sign | (exp + 112) << 23 | frac << 13;
-    if (frac == 0)
-        return sign;
-    /* A subnormal half is a normal float32: frac * 2^-24, normalised. */
-    exp = 113;
-    while (!(frac & 0x400)) {
-        frac <<= 1;
-        exp--;
-    }
-    return sign | exp << 23 | (frac & 0x3FF) << 13;
-}
-
 /* float32 bits of the stored element at p. Stored values are little-endian
  * like the host (x86-64). */
 static uint32_t element_bits(enum tbm_precision prec, const uint8_t *p)
@@ -39,10 +16,10 @@ static uint32_t element_bits(enum tbm_precision prec, const uint8_t *p)
     switch (prec) {
     case TBM_FP16:
         memcpy(&h, p, sizeof h);
-        return half_to_float_bits(h);
+        return tbm_f16_bits(h);
     case TBM_BF16:
         memcpy(&h, p, sizeof h);
-        return (uint32_t)h << 16;
+        return tbm_bf16_bits(h);
     case TBM_FP64:
         /* On x86-64 this cast is cvtsd2ss, the scalar form of cvtpd2ps:
          * MXCSR rounding (nearest even by default), subnormal results kept,

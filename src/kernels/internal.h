@@ -36,28 +36,57 @@ static inline size_t tbm_element_size(enum tbm_precision prec)
     return prec == TBM_FP64 ? 8 : prec == TBM_FP32 ? 4 : 2;
 }
 
+/* float32 bits of an fp16 value as x86 F16C (vcvtph2ps) gives them: exact
+ * for every finite value, and a NaN keeps its payload but is made quiet. */
+static inline uint32_t tbm_f16_bits(uint16_t h)
+{
+    uint32_t sign = (uint32_t)(h & 0x8000) << 16;
+    uint32_t exp = h >> 10 & 0x1F;
+    uint32_t frac = h & 0x3FF;
+
+    if (exp == 0x1F)
+        return sign | 0x7F800000 | frac << 13 | (frac != 0 ? 0x400000 : 0);
+    if (exp != 0)
+        return sign | (exp + 112) << 23 | frac << 13;
+    if (frac == 0)
+        return sign;
+    /* A subnormal half is a normal float32: frac * 2^-24, normalised. */
+    exp = 113;
+    while (!(frac & 0x400)) {
+        frac <<= 1;
+        exp--;
+    }
+    return sign | exp << 23 | (frac & 0x3FF) << 13;
+}
+
+/* float32 bits of a bf16 value: its upper half. */
+static inline uint32_t tbm_bf16_bits(uint16_t h)
+{
+    return (uint32_t)h << 16;
+}
+
 /* The bits of a group's word that name elements: 0 .. m-1. */
 static inline uint32_t tbm_mask_valid_bits(uint32_t m)
 {
     return (uint32_t)((UINT64_C(1) << m) - 1);
 }
 
-/* A group's mask word; the SIMD paths run on x86 only, which is
+/* Little-endian loads at any alignment. Every path runs on x86, which is
  * little-endian like the format. */
-static inline uint32_t tbm_mask_word(const uint8_t *p, uint32_t word_bytes)
+static inline uint16_t tbm_load16(const uint8_t *p)
 {
-    uint16_t w16;
-    uint32_t w32;
+    uint16_t v;
 
-    switch (word_bytes) {
-    case 1:
-        return p[0];
-    case 2:
-        memcpy(&w16, p, sizeof w16);
-        return w16;
-    }
-    memcpy(&w32, p, sizeof w32);
-    return w32;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+
+static inline uint32_t tbm_load32(const uint8_t *p)
+{
+    uint32_t v;
+
+    memcpy(&v, p, sizeof v);
+    return v;
 }
 
 static inline uint64_t tbm_load64(const uint8_t *p)
@@ -66,6 +95,12 @@ static inline uint64_t tbm_load64(const uint8_t *p)
 
     memcpy(&v, p, sizeof v);
     return v;
+}
+
+/* A group's mask word of word_bytes (1, 2 or 4) bytes. */
+static inline uint32_t tbm_mask_word(const uint8_t *p, uint32_t word_bytes)
+{
+    return word_bytes == 1 ? p[0] : word_bytes == 2 ? tbm_load16(p) : tbm_load32(p);
 }
 
 /* A mask read as one bit per element in element order, a group at a time,

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "internal.h"
 #include "spmm_internal.h"
 
 /* Element bits of a row, read a window at a time from the mask words. A
@@ -26,15 +27,6 @@ static void bit_reader_init(struct bit_reader *rd, const uint8_t *mask, uint32_t
     rd->pos = mask == NULL ? 0 : (uint32_t)(first % m);
 }
 
-static uint64_t load_le(const uint8_t *p, size_t bytes)
-{
-    uint64_t v = 0;
-
-    for (size_t i = bytes; i-- > 0;)
-        v = v << 8 | p[i];
-    return v;
-}
-
 /* Bits of the next n (1..TBM_NM_WINDOW) elements, element k in bit k. Bits
  * at positions >= m of a word are never read. */
 static uint32_t bit_reader_take(struct bit_reader *rd, uint32_t n)
@@ -44,7 +36,7 @@ static uint32_t bit_reader_take(struct bit_reader *rd, uint32_t n)
     if (rd->mask == NULL)
         return (1u << n) - 1;
     for (uint32_t done = 0; done < n;) {
-        uint32_t word = (uint32_t)load_le(rd->mask + rd->group * rd->word_bytes, rd->word_bytes);
+        uint32_t word = tbm_mask_word(rd->mask + rd->group * rd->word_bytes, rd->word_bytes);
         uint32_t take = rd->m - rd->pos < n - done ? rd->m - rd->pos : n - done;
 
         out |= (word >> rd->pos & ((1u << take) - 1)) << done;
@@ -59,24 +51,12 @@ static uint32_t bit_reader_take(struct bit_reader *rd, uint32_t n)
 }
 
 /* Element bytes of a stored precision and how the pack keeps its values;
- * 0 for an unknown precision. */
+ * 0 for an unknown precision. fp64 is packed as float32, the precision its
+ * products are computed in. */
 static size_t element_bytes(enum tbm_precision prec, enum tbm_nm_kind *kind)
 {
-    switch (prec) {
-    case TBM_FP32:
-        *kind = TBM_NM_F32;
-        return 4;
-    case TBM_FP16:
-        *kind = TBM_NM_F16;
-        return 2;
-    case TBM_BF16:
-        *kind = TBM_NM_BF16;
-        return 2;
-    case TBM_FP64:
-        *kind = TBM_NM_F32;
-        return 8;
-    }
-    return 0;
+    *kind = prec == TBM_FP16 ? TBM_NM_F16 : prec == TBM_BF16 ? TBM_NM_BF16 : TBM_NM_F32;
+    return tbm_precision_size(prec);
 }
 
 static size_t kind_bytes(enum tbm_nm_kind kind)
@@ -106,17 +86,17 @@ static void store_value(struct tbm_nm_matrix *w, enum tbm_precision prec, const 
     switch (prec) {
     case TBM_FP16:
     case TBM_BF16:
-        ((uint16_t *)w->values)[slot] = (uint16_t)load_le(weights + i * 2, 2);
+        ((uint16_t *)w->values)[slot] = tbm_load16(weights + i * 2);
         return;
     case TBM_FP64:
-        bits64 = load_le(weights + i * 8, 8);
+        bits64 = tbm_load64(weights + i * 8);
         memcpy(&d, &bits64, sizeof d);
         ((float *)w->values)[slot] = (float)d;
         return;
     case TBM_FP32:
         break;
     }
-    bits32 = (uint32_t)load_le(weights + i * 4, 4);
+    bits32 = tbm_mask_word(weights + i * 4, 4);
     memcpy((float *)w->values + slot, &bits32, sizeof bits32);
 }
 
@@ -268,35 +248,13 @@ static float from_bits(uint32_t bits)
     return f;
 }
 
-/* As F16C's vcvtph2ps: exact, subnormals normalized, a signalling NaN made
- * quiet with its payload kept. */
-static float f16_to_f32(uint16_t h)
-{
-    uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
-    uint32_t exp = h >> 10 & 0x1Fu;
-    uint32_t man = h & 0x3FFu;
-
-    if (exp == 0x1F)
-        return from_bits(sign | 0x7F800000u | man << 13 | (man != 0 ? 0x400000u : 0));
-    if (exp != 0)
-        return from_bits(sign | (exp + 112) << 23 | man << 13);
-    if (man == 0)
-        return from_bits(sign);
-    exp = 113;
-    while ((man & 0x400u) == 0) {
-        man <<= 1;
-        exp--;
-    }
-    return from_bits(sign | exp << 23 | (man & 0x3FFu) << 13);
-}
-
 static float value_at(const struct tbm_nm_matrix *w, uint64_t slot)
 {
     switch (w->kind) {
     case TBM_NM_F16:
-        return f16_to_f32(((const uint16_t *)w->values)[slot]);
+        return from_bits(tbm_f16_bits(((const uint16_t *)w->values)[slot]));
     case TBM_NM_BF16:
-        return from_bits((uint32_t)((const uint16_t *)w->values)[slot] << 16);
+        return from_bits(tbm_bf16_bits(((const uint16_t *)w->values)[slot]));
     case TBM_NM_F32:
         break;
     }
