@@ -7,7 +7,7 @@ packages=(
     gcc pkg-config meson ninja-build
     libfuse3-dev fuse3 libjson-c-dev libopenblas-dev libcmocka-dev
     python3 python3-numpy
-    clang libclang-rt-14-dev
+    clang libclang-rt-14-dev attr
 )
 
 missing=()

@@ -110,4 +110,20 @@ struct tbm_source_range {
 int tbm_view_locate(const struct tbm_views *views, const struct tbm_view *view, size_t t,
                     uint64_t off, size_t len, struct tbm_source_range *out);
 
+/* Extended attributes of tensor t's directory and of each of its files:
+ * user.tbm.name (the true name), user.tbm.shape (e.g. "4096,4096"),
+ * user.tbm.dtype, user.tbm.nm ("2:4", "0:0" for dense), user.tbm.density.
+ * An attribute whose value is not known (no readable header, statistics
+ * not computed) is left out. */
+
+/* Writes the names present, each followed by a NUL, into buf when size
+ * allows; returns the bytes they need. */
+size_t tbm_xattr_list(const struct tbm_views *views, size_t t, char *buf, size_t size);
+
+/* Writes the value of attribute name into buf when size allows; *len is
+ * the value's length either way. TBM_ERR_NOATTR for a name that tensor t
+ * does not have. */
+int tbm_xattr_get(const struct tbm_views *views, size_t t, const char *name, char *buf, size_t size,
+                  size_t *len);
+
 #endif

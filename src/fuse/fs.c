@@ -88,6 +88,8 @@ static int status_errno(int status)
         return ENOMEM;
     case TBM_ERR_STOPPED:
         return ENOTCONN;
+    case TBM_ERR_NOATTR:
+        return ENODATA;
     default:
         return EIO;
     }
@@ -612,6 +614,69 @@ static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_
     erofs(req);
 }
 
+/* Attributes live on tensor directories and their files; the root's files
+ * and directories have none. size 0 asks for the length alone. */
+static void op_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t size)
+{
+    const struct tbm_fs *fs = fs_of(req);
+    struct node n;
+    size_t len;
+
+    if (!decode_ino(fs, ino, &n)) {
+        fuse_reply_err(req, ENOENT);
+        return;
+    }
+    if (n.tensor < 0) {
+        fuse_reply_err(req, ENODATA);
+        return;
+    }
+    char *buf = size ? malloc(size) : NULL;
+    if (size && !buf) {
+        fuse_reply_err(req, ENOMEM);
+        return;
+    }
+    int r = tbm_xattr_get(fs->views, (size_t)n.tensor, name, buf, size, &len);
+    if (r < 0)
+        fuse_reply_err(req, status_errno(r));
+    else if (size == 0)
+        fuse_reply_xattr(req, len);
+    else if (len > size)
+        fuse_reply_err(req, ERANGE);
+    else
+        fuse_reply_buf(req, buf, len);
+    free(buf);
+}
+
+static void op_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
+{
+    const struct tbm_fs *fs = fs_of(req);
+    struct node n;
+
+    if (!decode_ino(fs, ino, &n)) {
+        fuse_reply_err(req, ENOENT);
+        return;
+    }
+    size_t t = n.tensor < 0 ? 0 : (size_t)n.tensor;
+    size_t need = n.tensor < 0 ? 0 : tbm_xattr_list(fs->views, t, NULL, 0);
+    if (size == 0) {
+        fuse_reply_xattr(req, need);
+        return;
+    }
+    if (need > size) {
+        fuse_reply_err(req, ERANGE);
+        return;
+    }
+    char *buf = malloc(need ? need : 1);
+    if (!buf) {
+        fuse_reply_err(req, ENOMEM);
+        return;
+    }
+    if (need)
+        tbm_xattr_list(fs->views, t, buf, need);
+    fuse_reply_buf(req, buf, need);
+    free(buf);
+}
+
 static void op_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name, const char *value,
                         size_t size, int flags)
 {
@@ -645,6 +710,8 @@ const struct fuse_lowlevel_ops tbm_fs_ops = {
     .rename = op_rename,
     .link = op_link,
     .create = op_create,
+    .getxattr = op_getxattr,
+    .listxattr = op_listxattr,
     .setxattr = op_setxattr,
     .removexattr = op_removexattr,
 };

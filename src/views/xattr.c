@@ -1,0 +1,123 @@
+/* The extended attributes of a tensor's directory and files: the first
+ * facts asked of a tensor, readable with getfattr without opening a file. */
+#include "internal.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define PREFIX "user.tbm."
+
+enum { ATTR_NAME, ATTR_SHAPE, ATTR_DTYPE, ATTR_NM, ATTR_DENSITY, NATTRS };
+static const char *const names[NATTRS] = {"name", "shape", "dtype", "nm", "density"};
+
+/* The shape shown: the index's, else the header's element count. */
+static char *shape_text(const struct tbm_tensor *t)
+{
+    char *out = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&out, &len);
+
+    if (!f)
+        return NULL;
+    if (!t->shape)
+        fprintf(f, "%llu", (unsigned long long)t->hdr.num_weights);
+    for (size_t k = 0; t->shape && k < t->ndim; k++)
+        fprintf(f, "%s%llu", k ? "," : "", (unsigned long long)t->shape[k]);
+    if (fclose(f) != 0) {
+        free(out);
+        return NULL;
+    }
+    return out;
+}
+
+/* Whether t has attribute k: its value is known. */
+static bool present(const struct tbm_tensor *t, int k)
+{
+    switch (k) {
+    case ATTR_NAME:
+        return true;
+    case ATTR_SHAPE:
+        return t->shape || t->header_read;
+    case ATTR_DTYPE:
+        return t->header_read && tbm_precision_name(t->hdr.precision);
+    case ATTR_NM:
+        return t->header_read;
+    default:
+        return t->stats_known;
+    }
+}
+
+/* Attribute k's value (present(t, k)) in a malloc'd buffer of *len bytes. */
+static char *value(const struct tbm_tensor *t, int k, size_t *len)
+{
+    char *s = NULL;
+    int n = 0;
+
+    switch (k) {
+    case ATTR_NAME:
+        s = malloc(t->name_len + 1);
+        if (s)
+            memcpy(s, t->name, t->name_len);
+        n = (int)t->name_len;
+        break;
+    case ATTR_SHAPE:
+        s = shape_text(t);
+        n = s ? (int)strlen(s) : 0;
+        break;
+    case ATTR_DTYPE:
+        n = asprintf(&s, "%s", tbm_precision_name(t->hdr.precision));
+        break;
+    case ATTR_NM:
+        n = asprintf(&s, "%u:%u", t->hdr.nm_n, t->hdr.nm_m);
+        break;
+    default:
+        n = asprintf(&s, "%.17g",
+                     t->hdr.num_weights ? (double)t->stats.kept / (double)t->hdr.num_weights : 0.0);
+        break;
+    }
+    if (n < 0)
+        return NULL;
+    *len = (size_t)n;
+    return s;
+}
+
+size_t tbm_xattr_list(const struct tbm_views *v, size_t t, char *buf, size_t size)
+{
+    const struct tbm_tensor *tensor = &v->model->tensors[t];
+    size_t need = 0;
+
+    for (int k = 0; k < NATTRS; k++) {
+        if (!present(tensor, k))
+            continue;
+        size_t n = sizeof(PREFIX) - 1 + strlen(names[k]) + 1;
+        if (buf && need + n <= size)
+            snprintf(buf + need, n, PREFIX "%s", names[k]);
+        need += n;
+    }
+    return need;
+}
+
+int tbm_xattr_get(const struct tbm_views *v, size_t t, const char *name, char *buf, size_t size,
+                  size_t *len)
+{
+    const struct tbm_tensor *tensor = &v->model->tensors[t];
+
+    *len = 0;
+    if (strncmp(name, PREFIX, sizeof(PREFIX) - 1) != 0)
+        return TBM_ERR_NOATTR;
+    for (int k = 0; k < NATTRS; k++) {
+        if (strcmp(name + sizeof(PREFIX) - 1, names[k]) != 0)
+            continue;
+        if (!present(tensor, k))
+            return TBM_ERR_NOATTR;
+        char *s = value(tensor, k, len);
+        if (!s)
+            return TBM_ERR_NOMEM;
+        if (buf && *len <= size)
+            memcpy(buf, s, *len);
+        free(s);
+        return 0;
+    }
+    return TBM_ERR_NOATTR;
+}
