@@ -19,23 +19,33 @@ static void decode_header(const unsigned char *p, struct tbm_blob_header *h)
  * padding that nothing reads, so only the fields are fetched. */
 #define HEADER_FIELDS 49
 
-static int read_header(struct tbm_tensor *t, uint64_t data_end, struct tbm_reader *rd)
+int tbm_blob_read_header(struct tbm_tensor *t, struct tbm_reader *rd)
 {
     unsigned char buf[HEADER_FIELDS];
+    int r = tbm_reader_read(rd, t->src, buf, sizeof(buf), t->offset);
 
+    if (r == TBM_ERR_NOMEM)
+        return r;
+    if (r < 0)
+        return 0;
+    decode_header(buf, &t->hdr);
+    t->header_read = true;
+    return 1;
+}
+
+static int read_header(struct tbm_tensor *t, uint64_t data_end, struct tbm_reader *rd)
+{
     if (t->offset > data_end || data_end - t->offset < TBM_HEADER_SIZE)
         return tbm_strlist_addf(&t->problems,
                                 "header at offset %llu runs past the end of the blob data "
                                 "(%llu bytes)",
                                 (unsigned long long)t->offset, (unsigned long long)data_end);
-    int r = tbm_reader_read(rd, t->src, buf, sizeof(buf), t->offset);
-    if (r == TBM_ERR_NOMEM)
-        return r;
+    int r = tbm_blob_read_header(t, rd);
     if (r < 0)
+        return r;
+    if (r == 0)
         return tbm_strlist_addf(&t->problems, "header at offset %llu cannot be read",
                                 (unsigned long long)t->offset);
-    decode_header(buf, &t->hdr);
-    t->header_read = true;
     return 0;
 }
 
@@ -55,6 +65,7 @@ static int check_identity(struct tbm_tensor *t)
         r = tbm_strlist_addf(&t->problems, "unknown precision code %u", h->precision);
     if (r < 0)
         return r;
+    t->header_valid = h->magic == TBM_MAGIC && h->version == TBM_VERSION;
     t->header_sound = t->problems.count == before;
     return 0;
 }
@@ -130,6 +141,58 @@ static void place_raw(struct tbm_tensor *t)
     t->raw.ok = t->weights.ok && t->mask.ok;
 }
 
+/* The first stored layout whose length num_mask_bytes is, per the contract's
+ * order: its own words, the tools' byte per group (9 <= M <= 32), then
+ * either one group short of a partial last group. */
+static bool pick_mask_layout(struct tbm_tensor *t, uint64_t groups, uint64_t full)
+{
+    const struct tbm_blob_header *h = &t->hdr;
+    uint32_t wb = tbm_mask_word_bytes(h->nm_m);
+    bool bytes = h->nm_m >= 9;
+    struct {
+        enum tbm_mask_layout layout;
+        uint64_t groups;
+        bool allowed;
+    } tries[] = {
+        {TBM_MASK_WORDS, groups, true},
+        {TBM_MASK_BYTES, groups, bytes},
+        {TBM_MASK_WORDS, full, full < groups},
+        {TBM_MASK_BYTES, full, bytes && full < groups},
+    };
+
+    for (size_t i = 0; i < sizeof(tries) / sizeof(tries[0]); i++) {
+        uint64_t per = tries[i].layout == TBM_MASK_BYTES ? 1 : wb, len;
+        if (tries[i].allowed && !__builtin_mul_overflow(tries[i].groups, per, &len) &&
+            h->num_mask_bytes == len) {
+            t->mask_layout = tries[i].layout;
+            t->mask_groups = tries[i].groups;
+            return true;
+        }
+    }
+    return false;
+}
+
+static int warn_mask_layout(struct tbm_tensor *t, uint64_t groups)
+{
+    const struct tbm_blob_header *h = &t->hdr;
+    int r = 0;
+
+    if (t->mask_layout == TBM_MASK_BYTES)
+        r = tbm_strlist_addf(&t->warnings,
+                             "mask has one byte per group of %u (as the Tensorbit tools write "
+                             "it), not the format's %u-byte words: read with positions 8..%u of "
+                             "every group pruned",
+                             h->nm_m, tbm_mask_word_bytes(h->nm_m), h->nm_m - 1);
+    if (r == 0 && t->mask_groups < groups)
+        r = tbm_strlist_addf(&t->warnings,
+                             "mask holds %llu groups for %llu weights, one short (as the "
+                             "Tensorbit tools count, rounding down): the partial last group is "
+                             "read as pruned",
+                             (unsigned long long)t->mask_groups,
+                             (unsigned long long)h->num_weights);
+    return r;
+}
+
 static int check_mask_rule(struct tbm_tensor *t)
 {
     const struct tbm_blob_header *h = &t->hdr;
@@ -146,16 +209,17 @@ static int check_mask_rule(struct tbm_tensor *t)
     if (h->nm_n > h->nm_m)
         return tbm_strlist_addf(&t->problems, "mask unusable: nm_n %u exceeds nm_m %u", h->nm_n,
                                 h->nm_m);
-    uint64_t groups = h->num_weights / h->nm_m + (h->num_weights % h->nm_m != 0);
-    uint64_t want = groups * tbm_mask_word_bytes(h->nm_m);
-    if (h->num_mask_bytes != want)
+    uint64_t full = h->num_weights / h->nm_m;
+    uint64_t groups = full + (h->num_weights % h->nm_m != 0);
+    if (!pick_mask_layout(t, groups, full))
         return tbm_strlist_addf(&t->problems,
                                 "mask unusable: num_mask_bytes is %llu, expected %llu for %llu "
                                 "groups of %u",
-                                (unsigned long long)h->num_mask_bytes, (unsigned long long)want,
+                                (unsigned long long)h->num_mask_bytes,
+                                (unsigned long long)(groups * tbm_mask_word_bytes(h->nm_m)),
                                 (unsigned long long)groups, h->nm_m);
     t->mask_usable = true;
-    return 0;
+    return warn_mask_layout(t, groups);
 }
 
 int tbm_blob_validate(struct tbm_tensor *t, uint64_t data_end, struct tbm_reader *rd)

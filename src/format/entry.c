@@ -50,7 +50,8 @@ static int parse_shape(struct json_object *entry, struct tbm_tensor *t)
         shape[k] = json_object_get_uint64(d);
     }
     t->shape = shape;
-    t->ndim = n;
+    /* [n, 0] is how the Tensorbit tools write a 1-D tensor */
+    t->ndim = n == 2 && shape[1] == 0 ? 1 : n;
     return 0;
 }
 
@@ -126,7 +127,9 @@ int tbm_entry_check_header(struct json_object *entry, struct tbm_tensor *t)
 {
     int r;
 
-    if (!json_object_is_type(entry, json_type_object) || !t->header_read)
+    /* the fields of a header without the format's magic and version mean
+     * nothing, so disagreeing with them says nothing either */
+    if (!json_object_is_type(entry, json_type_object) || !t->header_valid)
         return 0;
     if ((r = check_dtype(entry, t)) < 0 ||
         (r = check_u64(entry, t, "num_weights", t->hdr.num_weights)) < 0 ||

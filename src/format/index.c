@@ -83,7 +83,7 @@ static int check_shape(struct tbm_tensor *t)
 {
     uint64_t product = 1;
 
-    if (!t->shape || !t->header_read)
+    if (!t->shape || !t->header_valid)
         return 0;
     for (size_t k = 0; k < t->ndim; k++)
         if (__builtin_mul_overflow(product, t->shape[k], &product))
@@ -125,23 +125,59 @@ static int locate(struct tbm_opener *o, struct tbm_tensor *t, const struct tbm_e
     return 1;
 }
 
+int tbm_tensor_validate(struct tbm_tensor *t, struct json_object *entry, uint64_t data_end,
+                        struct tbm_reader *rd)
+{
+    int r;
+
+    t->entry_problems = t->problems.count;
+    t->entry_warnings = t->warnings.count;
+    if ((r = tbm_blob_validate(t, data_end, rd)) < 0 || (r = tbm_entry_check_header(entry, t)) < 0)
+        return r;
+    return check_shape(t);
+}
+
+/* tensorbit-run's loader knows these index dtypes (scales stored after the
+ * weights); the format does not define them. */
+static const char *quantized_dtype(struct json_object *entry)
+{
+    static const char *const names[] = {"int8", "int4"};
+    struct json_object *v;
+
+    if (!json_object_object_get_ex(entry, "dtype", &v) || !json_object_is_type(v, json_type_string))
+        return NULL;
+    for (size_t k = 0; k < sizeof(names) / sizeof(names[0]); k++)
+        if (strcmp(json_object_get_string(v), names[k]) == 0)
+            return names[k];
+    return NULL;
+}
+
 static int add_tensor(struct tbm_opener *o, struct json_object *entry, size_t i,
                       struct tbm_reader *rd)
 {
     struct tbm_tensor *t = &o->m->tensors[i];
     struct tbm_entry e;
     uint64_t data_end = 0;
+    const char *q;
     int r;
 
     if ((r = tbm_entry_parse(entry, i, t, &e)) < 0)
         return r;
     if (!json_object_is_type(entry, json_type_object))
         return 0;
+    /* One problem and nothing else: the blob is never located, so its
+     * regions neither break a neighbour nor are blamed by one. */
+    if ((q = quantized_dtype(entry))) {
+        tbm_strlist_truncate(&t->problems, 0);
+        tbm_strlist_truncate(&t->warnings, 0);
+        return tbm_strlist_addf(&t->problems,
+                                "quantized dtype %s is not supported (a tensorbit-run extension "
+                                "that the format does not define): no view of it is served",
+                                q);
+    }
     if ((r = locate(o, t, &e, &data_end)) <= 0)
         return r;
-    if ((r = tbm_blob_validate(t, data_end, rd)) < 0 || (r = tbm_entry_check_header(entry, t)) < 0)
-        return r;
-    return check_shape(t);
+    return tbm_tensor_validate(t, entry, data_end, rd);
 }
 
 /* Below this many tensors one thread does the work sooner than several. */

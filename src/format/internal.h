@@ -34,6 +34,8 @@ static inline uint64_t tbm_le64(const unsigned char *p)
 /* Appends a printf-formatted message to list. Returns 0 or TBM_ERR_NOMEM. */
 int tbm_strlist_addf(struct tbm_strlist *list, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
+/* Drops the messages after the first count. */
+void tbm_strlist_truncate(struct tbm_strlist *list, size_t count);
 void tbm_strlist_free(struct tbm_strlist *list);
 
 /* Parses len bytes strictly (RFC 8259, valid UTF-8, bounded depth, nothing
@@ -131,12 +133,22 @@ int tbm_reader_read(struct tbm_reader *r, struct tbm_source *src, void *dst, siz
                     uint64_t off);
 void tbm_reader_free(struct tbm_reader *r);
 
+/* Reads the header's fields at t->offset of t->src into t->hdr: 1, or 0
+ * when they cannot be read, TBM_ERR_NOMEM. */
+int tbm_blob_read_header(struct tbm_tensor *t, struct tbm_reader *rd);
+
 /* Reads and validates the blob at t->offset of t->src, whose data may not
  * extend past data_end, filling the header, regions and mask usability. */
 int tbm_blob_validate(struct tbm_tensor *t, uint64_t data_end, struct tbm_reader *rd);
 
 /* Compares the index entry with the blob header and records warnings. */
 int tbm_entry_check_header(struct json_object *entry, struct tbm_tensor *t);
+
+/* Validates t's blob at t->offset (whose data may not extend past
+ * data_end) against its index entry: tbm_blob_validate, the index-versus-
+ * header warnings and the shape. */
+int tbm_tensor_validate(struct tbm_tensor *t, struct json_object *entry, uint64_t data_end,
+                        struct tbm_reader *rd);
 
 /* Opens a manifest's "file" beneath dirfd, the directory at the real path
  * dirpath; -1 with a reason in why. */
@@ -176,8 +188,9 @@ int tbm_index_read(struct tbm_opener *o, struct tbm_source *src, uint64_t off, u
 int tbm_index_load(struct tbm_opener *o); /* every entry into a tensor record */
 int tbm_dirs_assign(struct tbm_model *m); /* directory names, unique */
 void tbm_dirs_free(struct tbm_model *m);
-int tbm_overlaps_check(struct tbm_model *m); /* blobs that share bytes are broken */
-int tbm_stats_count(struct tbm_opener *o);   /* mask statistics and their warnings */
+int tbm_misplaced_find(struct tbm_opener *o); /* blobs the merge script misplaced */
+int tbm_overlaps_check(struct tbm_model *m);  /* blobs that reach into others are broken */
+int tbm_stats_count(struct tbm_opener *o);    /* mask statistics and their warnings */
 void tbm_tensors_free(struct tbm_model *m);
 
 #endif

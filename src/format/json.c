@@ -60,13 +60,17 @@ int tbm_strlist_addf(struct tbm_strlist *list, const char *fmt, ...)
     return 0;
 }
 
+void tbm_strlist_truncate(struct tbm_strlist *list, size_t count)
+{
+    while (list->count > count)
+        free(list->items[--list->count]);
+}
+
 void tbm_strlist_free(struct tbm_strlist *list)
 {
-    for (size_t i = 0; i < list->count; i++)
-        free(list->items[i]);
+    tbm_strlist_truncate(list, 0);
     free(list->items);
     list->items = NULL;
-    list->count = 0;
 }
 
 static bool only_whitespace(const char *p, size_t len)

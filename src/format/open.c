@@ -69,6 +69,8 @@ static int build_table(struct tbm_opener *o)
 
     if (m->kind != TBM_SOURCE_BLOB && (r = tbm_index_load(o)) < 0)
         return r;
+    if (m->kind == TBM_SOURCE_CONTAINER && tbm_misplaced_find(o) < 0)
+        return tbm_open_fail(o, TBM_ERR_NOMEM, "out of memory");
     if (tbm_dirs_assign(m) < 0 || (m->kind == TBM_SOURCE_CONTAINER && tbm_overlaps_check(m) < 0))
         return tbm_open_fail(o, TBM_ERR_NOMEM, "out of memory");
     if ((r = tbm_stats_count(o)) < 0)

@@ -32,16 +32,21 @@ static int count_blob(struct tbm_tensor *t, enum tbm_isa isa, struct count_buf *
 {
     const struct tbm_blob_header *h = &t->hdr;
     size_t es = tbm_precision_size(h->precision);
-    uint32_t m = h->nm_m, wb = tbm_mask_word_bytes(m);
+    uint32_t m = h->nm_m;
     uint64_t chunk = COUNT_CHUNK - COUNT_CHUNK % m;
 
     memset(&t->stats, 0, sizeof(t->stats));
     for (uint64_t i = 0; i < h->num_weights; i += chunk) {
         uint64_t n = h->num_weights - i < chunk ? h->num_weights - i : chunk;
         uint64_t groups = n / m + (n % m != 0);
+        uint64_t moff;
+        size_t mlen;
+        tbm_mask_stored(t, i / m, groups, &moff, &mlen);
         int r = tbm_reader_read(rd, t->src, buf->weights, n * es, t->weights.off + i * es);
         if (r == 0)
-            r = tbm_reader_read(rd, t->src, buf->mask, groups * wb, t->mask.off + i / m * wb);
+            r = tbm_reader_read(rd, t->src, buf->mask, mlen, moff);
+        if (r == 0)
+            tbm_mask_widen(t, groups, buf->mask, mlen);
         if (r == TBM_ERR_NOMEM)
             return r;
         if (r < 0)

@@ -45,6 +45,14 @@ struct tbm_region {
     bool ok; /* inside the source and clear of other regions: safe to serve */
 };
 
+/* How a usable mask is stored: the contract's words of tbm_mask_word_bytes(M)
+ * bytes per group, or the Tensorbit tools' one byte per group for M > 8
+ * (positions 8..M-1 of every group then pruned). */
+enum tbm_mask_layout {
+    TBM_MASK_WORDS,
+    TBM_MASK_BYTES,
+};
+
 /* A growable list of messages (problems or warnings). */
 struct tbm_strlist {
     char **items;
@@ -60,12 +68,16 @@ struct tbm_tensor {
     bool header_read;       /* hdr holds the header's fields as stored (header.json shows
                              * them, or nulls when the header could not be read) */
     struct tbm_blob_header hdr;
-    bool header_sound;         /* magic, version, precision and sizes are valid */
+    bool header_valid;         /* magic and version are the format's: the fields mean something */
+    bool header_sound;         /* valid, and precision and sizes too */
     struct tbm_region raw;     /* whole blob: header to end of last region */
     struct tbm_region weights; /* stored weight payload */
     struct tbm_region mask;    /* stored mask payload */
     bool mask_usable;          /* the mask is applied by dense views */
-    uint64_t *shape;           /* from the index; NULL when absent */
+    enum tbm_mask_layout mask_layout;
+    uint64_t mask_groups; /* groups the stored mask holds: all, or one fewer (the tools' floor),
+                           * the missing last group pruned */
+    uint64_t *shape;      /* from the index; NULL when absent */
     size_t ndim;
     bool shape_matches; /* product of shape == num_weights */
     bool stats_known;   /* stats below are meaningful */
@@ -73,7 +85,10 @@ struct tbm_tensor {
     struct tbm_strlist problems;
     struct tbm_strlist warnings;
     char *entry_json; /* the tensor's index entry, serialized */
-    bool owns_src;    /* manifest mode: the tensor's own file */
+    /* problems and warnings before the blob was validated: a second look
+     * for a misplaced blob starts again from there */
+    size_t entry_problems, entry_warnings;
+    bool owns_src; /* manifest mode: the tensor's own file */
 };
 
 struct tbm_model {
@@ -92,6 +107,20 @@ struct tbm_model {
     size_t nproblem_tensors;
     struct tbm_dir_table *dirs; /* directory name -> tensor */
 };
+
+/* Where the stored bytes of mask groups [g0, g0 + n) of t lie: *len bytes
+ * at *off of t->src, fewer than n words when the layout stores fewer. */
+void tbm_mask_stored(const struct tbm_tensor *t, uint64_t g0, uint64_t n, uint64_t *off,
+                     size_t *len);
+
+/* Turns the len stored bytes at buf (as tbm_mask_stored placed them, read
+ * from the source) into the n mask words of groups [g0, g0 + n) in the
+ * contract's layout, in place: buf holds n * tbm_mask_word_bytes(M) bytes.
+ * The kernels read masks only in that layout. */
+void tbm_mask_widen(const struct tbm_tensor *t, uint64_t n, uint8_t *buf, size_t len);
+
+/* Reads the n mask words of groups [g0, g0 + n) of t into buf. */
+int tbm_mask_read(const struct tbm_tensor *t, uint64_t g0, uint64_t n, uint8_t *buf);
 
 /* Index of the tensor whose directory name is dir (len bytes), or -1. */
 long tbm_model_find_dir(const struct tbm_model *model, const char *dir, size_t len);

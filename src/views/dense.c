@@ -66,10 +66,8 @@ static int expand_chunk(const struct tbm_views *v, const struct tbm_tensor *t, s
     if ((r = tbm_source_read_full(t->src, w, count * es, t->weights.off + first * es)) < 0)
         return r;
     if (t->mask_usable) {
-        uint32_t wb = tbm_mask_word_bytes(m);
         uint64_t g0 = first / m, g1 = (first + count - 1) / m;
-        if ((r = tbm_source_read_full(t->src, s->mask, (g1 - g0 + 1) * wb, t->mask.off + g0 * wb)) <
-            0)
+        if ((r = tbm_mask_read(t, g0, g1 - g0 + 1, s->mask)) < 0)
             return r;
         mask = s->mask;
     }

@@ -144,7 +144,7 @@ static int load_payload(const struct tbm_tensor *t, uint64_t n, void **w, uint8_
 {
     size_t es = tbm_precision_size(t->hdr.precision);
     uint32_t wb = tbm_mask_word_bytes(t->hdr.nm_m);
-    uint64_t mbytes = (n / t->hdr.nm_m + (n % t->hdr.nm_m != 0)) * wb;
+    uint64_t groups = n / t->hdr.nm_m + (n % t->hdr.nm_m != 0), mbytes = groups * wb;
 
     *w = malloc(n * es + 1);
     *mask = malloc(mbytes + 1);
@@ -152,7 +152,7 @@ static int load_payload(const struct tbm_tensor *t, uint64_t n, void **w, uint8_
         return TBM_ERR_NOMEM;
     int r = tbm_source_read_full(t->src, *w, n * es, t->weights.off);
     if (r == 0)
-        r = tbm_source_read_full(t->src, *mask, mbytes, t->mask.off);
+        r = tbm_mask_read(t, 0, groups, *mask);
     return r;
 }
 

@@ -362,8 +362,8 @@ static void test_overlapping_blobs(void **state)
 
     (void)state;
     assert_int_equal(m->ntensors, 3);
-    assert_true(has_message(&m->tensors[0].problems, "overlaps"));
-    assert_true(has_message(&m->tensors[1].problems, "overlaps"));
+    assert_true(has_message(&m->tensors[0].problems, "each other's headers"));
+    assert_true(has_message(&m->tensors[1].problems, "each other's headers"));
     assert_false(m->tensors[0].raw.ok || m->tensors[1].raw.ok);
     /* c's header at offset 8 reads garbage: bad magic */
     assert_true(has_message(&m->tensors[2].problems, "bad magic"));
