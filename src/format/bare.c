@@ -71,8 +71,13 @@ int tbm_bare_open(struct tbm_opener *o)
     t->src = o->m->src;
     t->name_len = strlen(base) - 3;
     t->name = strndup(base, t->name_len);
-    int r = t->name ? tbm_blob_validate(t, o->m->src->id.size, &rd) : TBM_ERR_NOMEM;
+    uint64_t size = o->m->src->id.size;
+    int r = t->name ? tbm_blob_validate(t, size, &rd) : TBM_ERR_NOMEM;
     tbm_reader_free(&rd);
+    /* The name made it a bare blob; bytes past the blob say it may not be */
+    if (r == 0 && t->raw.ok && t->raw.off + t->raw.len < size)
+        r = tbm_strlist_addf(&t->warnings, "%llu bytes after the blob: is this a .tbm container?",
+                             (unsigned long long)(size - t->raw.off - t->raw.len));
     if (r < 0)
         return tbm_open_fail(o, TBM_ERR_NOMEM, "out of memory");
     if (t->header_read) {

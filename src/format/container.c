@@ -2,7 +2,10 @@
  * as 4 little-endian bytes at the very end. */
 #include "internal.h"
 
-int tbm_container_open(struct tbm_opener *o)
+#include <stdio.h>
+#include <string.h>
+
+static int read_index(struct tbm_opener *o)
 {
     unsigned char tail[4];
     uint64_t size = o->m->src->id.size;
@@ -23,4 +26,20 @@ int tbm_container_open(struct tbm_opener *o)
             (unsigned long long)len, (unsigned long long)(size - 4));
     o->data_end = size - 4 - len;
     return tbm_index_read(o, o->m->src, o->data_end, len, "index");
+}
+
+/* The name made it a container; a file whose index is unusable but that
+ * starts like a blob is more likely a bare .tb, and the error says so. */
+int tbm_container_open(struct tbm_opener *o)
+{
+    unsigned char head[8];
+    int r = read_index(o);
+
+    if (r != TBM_ERR_SOURCE || tbm_source_read_full(o->m->src, head, sizeof(head), 0) < 0 ||
+        tbm_le32(head) != TBM_MAGIC || tbm_le32(head + 4) != TBM_VERSION)
+        return r;
+    size_t n = strlen(o->err);
+    snprintf(o->err + n, o->errlen - n,
+             "; but the file starts with a valid blob header: is it a bare blob (name it .tb)?");
+    return r;
 }

@@ -2,6 +2,7 @@
  * unique in the model) and the lookup from a name back to its tensor. */
 #include "internal.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -148,4 +149,69 @@ void tbm_dirs_free(struct tbm_model *m)
     free(m->dirs->slots);
     free(m->dirs);
     m->dirs = NULL;
+}
+
+static int by_name(const void *a, const void *b, void *arg)
+{
+    const struct tbm_tensor *ts = arg, *x = &ts[*(const size_t *)a], *y = &ts[*(const size_t *)b];
+    size_t n = x->name_len < y->name_len ? x->name_len : y->name_len;
+    int c = memcmp(x->name, y->name, n);
+
+    if (c != 0)
+        return c;
+    if (x->name_len != y->name_len)
+        return x->name_len < y->name_len ? -1 : 1;
+    /* equal names keep index order, so that messages list them in it */
+    return *(const size_t *)a < *(const size_t *)b ? -1 : 1;
+}
+
+/* Names the others of a run of equal names to member k: a few, then a
+ * count, so that a thousand tensors of one name do not make a megabyte of
+ * warnings each. */
+#define DUPLICATES_NAMED 3
+
+static int warn_run(struct tbm_model *m, const size_t *run, size_t len, size_t k)
+{
+    char list[3 * (TBM_NAME_MAX + 16) + 64];
+    size_t used = 0, named = 0;
+
+    list[0] = '\0';
+    for (size_t j = 0; j < len && named < DUPLICATES_NAMED; j++) {
+        if (j == k)
+            continue;
+        used += (size_t)snprintf(list + used, sizeof(list) - used, "%s%s", named ? ", " : "",
+                                 m->tensors[run[j]].dir);
+        named++;
+    }
+    if (len - 1 > named)
+        snprintf(list + used, sizeof(list) - used, " and %zu more", len - 1 - named);
+    return tbm_strlist_addf(&m->tensors[run[k]].warnings,
+                            "%zu other tensor%s %s the same name: %s; %s directory names tell "
+                            "them apart",
+                            len - 1, len == 2 ? "" : "s", len == 2 ? "has" : "have", list,
+                            len == 2 ? "the" : "their");
+}
+
+int tbm_dirs_warn_duplicates(struct tbm_model *m)
+{
+    size_t *order = malloc((m->ntensors ? m->ntensors : 1) * sizeof(*order));
+    int r = 0;
+
+    if (!order)
+        return TBM_ERR_NOMEM;
+    for (size_t i = 0; i < m->ntensors; i++)
+        order[i] = i;
+    qsort_r(order, m->ntensors, sizeof(*order), by_name, m->tensors);
+    for (size_t i = 0, end; i < m->ntensors && r == 0; i = end) {
+        const struct tbm_tensor *t = &m->tensors[order[i]];
+        for (end = i + 1; end < m->ntensors; end++) {
+            const struct tbm_tensor *u = &m->tensors[order[end]];
+            if (u->name_len != t->name_len || memcmp(u->name, t->name, t->name_len) != 0)
+                break;
+        }
+        for (size_t k = 0; end - i > 1 && k < end - i && r == 0; k++)
+            r = warn_run(m, order + i, end - i, k);
+    }
+    free(order);
+    return r;
 }

@@ -17,11 +17,17 @@ static int too_many(struct tbm_opener *o)
 static int parse_whole(struct tbm_opener *o)
 {
     const char *why;
+    size_t at, line, column;
 
-    o->root = tbm_json_parse_strict(o->m->index_json, o->m->index_json_len, &why);
-    if (!o->root)
+    o->root = tbm_json_parse_located(o->m->index_json, o->m->index_json_len, &why, &at);
+    if (o->root)
+        return 0;
+    if (at == SIZE_MAX)
         return tbm_open_fail(o, TBM_ERR_SOURCE, "%s is not valid JSON: %s", o->what, why);
-    return 0;
+    tbm_json_position(o->m->index_json, at, &line, &column);
+    return tbm_open_fail(o, TBM_ERR_SOURCE,
+                         "%s is not valid JSON: %s at byte %zu (line %zu, column %zu)", o->what,
+                         why, at, line, column);
 }
 
 /* An index that is plainly an object with a "tensors" array is parsed in

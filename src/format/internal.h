@@ -43,6 +43,14 @@ void tbm_strlist_free(struct tbm_strlist *list);
  * why. */
 struct json_object *tbm_json_parse_strict(const char *buf, size_t len, const char **why);
 
+/* tbm_json_parse_strict, and where it failed: *at is the byte offset in buf
+ * (SIZE_MAX when no byte is to blame: a limit, a NaN). */
+struct json_object *tbm_json_parse_located(const char *buf, size_t len, const char **why,
+                                           size_t *at);
+
+/* The 1-based line and column (in characters) of byte at of buf. */
+void tbm_json_position(const char *buf, size_t at, size_t *line, size_t *column);
+
 /* Whether len bytes are within the size and container limits of an index;
  * false with a reason in why. */
 bool tbm_json_within_limits(const char *buf, size_t len, const char **why);
@@ -187,6 +195,7 @@ int tbm_index_read(struct tbm_opener *o, struct tbm_source *src, uint64_t off, u
                    const char *what);     /* JSON read and split or parsed */
 int tbm_index_load(struct tbm_opener *o); /* every entry into a tensor record */
 int tbm_dirs_assign(struct tbm_model *m); /* directory names, unique */
+int tbm_dirs_warn_duplicates(struct tbm_model *m); /* each names the others */
 void tbm_dirs_free(struct tbm_model *m);
 int tbm_misplaced_find(struct tbm_opener *o); /* blobs the merge script misplaced */
 int tbm_overlaps_check(struct tbm_model *m);  /* blobs that reach into others are broken */

@@ -136,15 +136,29 @@ static bool all_finite(struct json_object *obj)
     }
 }
 
-struct json_object *tbm_json_parse_pieces(const struct tbm_json_piece *pieces, size_t npieces,
-                                          int depth, const char **why)
+/* The offset of the first byte that is not whitespace from piece k's byte
+ * end on, counted from the start of the whole text (before is the length of
+ * the pieces before k). */
+static size_t first_trailing(const struct tbm_json_piece *pieces, size_t npieces, size_t k,
+                             size_t end, size_t before)
+{
+    for (; k < npieces; before += pieces[k].len, end = 0, k++)
+        for (size_t i = end; i < pieces[k].len; i++)
+            if (!only_whitespace(pieces[k].buf + i, 1))
+                return before + i;
+    return before;
+}
+
+static struct json_object *parse_pieces(const struct tbm_json_piece *pieces, size_t npieces,
+                                        int depth, const char **why, size_t *at)
 {
     struct json_tokener *tok = json_tokener_new_ex(depth);
     struct json_object *obj = NULL;
     enum json_tokener_error err = json_tokener_continue;
-    size_t k = 0, end = 0;
+    size_t k = 0, end = 0, before = 0;
     bool took_all = false;
 
+    *at = SIZE_MAX;
     if (!tok) {
         *why = "out of memory";
         return NULL;
@@ -157,7 +171,10 @@ struct json_object *tbm_json_parse_pieces(const struct tbm_json_piece *pieces, s
         obj = json_tokener_parse_ex(tok, pieces[k].buf, (int)pieces[k].len);
         err = json_tokener_get_error(tok);
         end = json_tokener_get_parse_end(tok);
+        before += pieces[k].len;
     }
+    /* where json-c stopped: end bytes into the last piece it was given */
+    size_t stop = before - (k > 0 ? pieces[k - 1].len : 0) + end;
     /* A bare number could go on with more digits: json-c waits for more input
      * until it is told the text has ended, which a NUL byte does. */
     if (!obj && err == json_tokener_continue) {
@@ -170,12 +187,16 @@ struct json_object *tbm_json_parse_pieces(const struct tbm_json_piece *pieces, s
     if (!obj || err != json_tokener_success) {
         json_object_put(obj);
         *why = err == json_tokener_continue ? "JSON ends early" : json_tokener_error_desc(err);
+        /* json-c stops at the byte it choked on; a text that ends early is
+         * to blame at its end */
+        *at = err == json_tokener_continue || took_all ? before : stop;
         return NULL;
     }
     /* the value ended in piece k - 1, at end */
     if (!took_all && !rest_is_whitespace(pieces, npieces, k - 1, end)) {
         json_object_put(obj);
         *why = "JSON has trailing bytes after its value";
+        *at = first_trailing(pieces, npieces, k - 1, end, before - pieces[k - 1].len);
         return NULL;
     }
     if (!all_finite(obj)) {
@@ -184,6 +205,14 @@ struct json_object *tbm_json_parse_pieces(const struct tbm_json_piece *pieces, s
         return NULL;
     }
     return obj;
+}
+
+struct json_object *tbm_json_parse_pieces(const struct tbm_json_piece *pieces, size_t npieces,
+                                          int depth, const char **why)
+{
+    size_t at;
+
+    return parse_pieces(pieces, npieces, depth, why, &at);
 }
 
 bool tbm_json_within_limits(const char *buf, size_t len, const char **why)
@@ -205,13 +234,35 @@ bool tbm_json_within_limits(const char *buf, size_t len, const char **why)
     return true;
 }
 
-struct json_object *tbm_json_parse_strict(const char *buf, size_t len, const char **why)
+struct json_object *tbm_json_parse_located(const char *buf, size_t len, const char **why,
+                                           size_t *at)
 {
     struct tbm_json_piece whole = {buf, len};
 
+    *at = SIZE_MAX;
     if (!tbm_json_within_limits(buf, len, why))
         return NULL;
-    return tbm_json_parse_pieces(&whole, 1, TBM_JSON_DEPTH, why);
+    return parse_pieces(&whole, 1, TBM_JSON_DEPTH, why, at);
+}
+
+struct json_object *tbm_json_parse_strict(const char *buf, size_t len, const char **why)
+{
+    size_t at;
+
+    return tbm_json_parse_located(buf, len, why, &at);
+}
+
+void tbm_json_position(const char *buf, size_t at, size_t *line, size_t *column)
+{
+    *line = *column = 1;
+    for (size_t i = 0; i < at; i++) {
+        if (buf[i] == '\n') {
+            ++*line;
+            *column = 1;
+        } else if (((unsigned char)buf[i] & 0xC0) != 0x80) {
+            ++*column; /* columns count characters, not the bytes of one */
+        }
+    }
 }
 
 int tbm_json_get_u64(struct json_object *obj, const char *key, uint64_t *out)

@@ -3,6 +3,7 @@
  * the directory's links say. */
 #include "internal.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -57,7 +58,7 @@ static int open_absolute_link(int dirfd, const char *dirpath, const char *file, 
         n > 0 && (size_t)n > dlen && memcmp(real, dirpath, dlen) == 0 && real[dlen] == '/';
     int fd = inside ? reopen_path_fd(pathfd) : -1;
     if (!inside)
-        *why = "\"file\" resolves outside the model directory";
+        *why = "it resolves outside the model directory";
     else if (fd < 0)
         *why = strerror(errno);
     close(pathfd);
@@ -78,15 +79,15 @@ int tbm_manifest_open_file(int dirfd, const char *dirpath, const char *file, siz
     struct stat st;
 
     if (len == 0 || strlen(file) != len) {
-        *why = "\"file\" is empty or holds a NUL byte";
+        *why = "the name is empty or holds a NUL byte";
         return -1;
     }
     if (file[0] == '/') {
-        *why = "\"file\" is an absolute path";
+        *why = "an absolute path is not allowed";
         return -1;
     }
     if (has_dotdot(file, len)) {
-        *why = "\"file\" has a '..' component";
+        *why = "a '..' component is not allowed";
         return -1;
     }
     int fd = (int)syscall(SYS_openat2, dirfd, file, &how, sizeof(how));
@@ -98,26 +99,70 @@ int tbm_manifest_open_file(int dirfd, const char *dirpath, const char *file, siz
         return -1;
     if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
         close(fd);
-        *why = "\"file\" is not a regular file";
+        *why = "not a regular file";
         return -1;
     }
     return fd;
 }
 
+/* What a directory without manifest.json holds instead, for its refusal:
+ * its .tbm files (a tb-prune output directory), else how many .tb files. */
+static int refuse_without_manifest(struct tbm_opener *o)
+{
+    char tbm[256] = "";
+    size_t ntbm = 0, ntb = 0;
+    int fd = openat(o->m->dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    DIR *d = fd < 0 ? NULL : fdopendir(fd);
+    struct dirent *e;
+
+    if (!d) {
+        if (fd >= 0)
+            close(fd);
+        return tbm_open_fail(o, TBM_ERR_SOURCE, "no manifest.json in the directory");
+    }
+    while ((e = readdir(d))) {
+        size_t len = strlen(e->d_name);
+        if (len > 4 && strcmp(e->d_name + len - 4, ".tbm") == 0) {
+            /* the first in name order, so that the message does not depend
+             * on the order readdir happens to give */
+            if (ntbm++ == 0 || strcmp(e->d_name, tbm) < 0)
+                snprintf(tbm, sizeof(tbm), "%s", e->d_name);
+        } else if (len > 3 && strcmp(e->d_name + len - 3, ".tb") == 0) {
+            ntb++;
+        }
+    }
+    closedir(d);
+    if (ntbm == 1)
+        return tbm_open_fail(o, TBM_ERR_SOURCE,
+                             "no manifest.json: the directory holds %s: mount that file", tbm);
+    if (ntbm > 1)
+        return tbm_open_fail(o, TBM_ERR_SOURCE,
+                             "no manifest.json: the directory holds %zu .tbm files (%s, ...): "
+                             "mount one of those files",
+                             ntbm, tbm);
+    if (ntb > 0)
+        return tbm_open_fail(o, TBM_ERR_SOURCE,
+                             "no manifest.json: the directory holds %zu .tb file%s but no "
+                             "manifest.json",
+                             ntb, ntb == 1 ? "" : "s");
+    return tbm_open_fail(o, TBM_ERR_SOURCE, "no manifest.json in the directory");
+}
+
+/* manifest.json is opened as its entries are: beneath the directory, and
+ * only if what was opened is a regular file, so that a link to a private
+ * file elsewhere, or to a device, is never read. */
 int tbm_manifest_open(struct tbm_opener *o)
 {
-    struct stat st;
-    int r;
-
-    int fd = openat(o->m->dirfd, "manifest.json", O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-    if (fd < 0)
-        return tbm_open_fail(o, TBM_ERR_SOURCE, "cannot open manifest.json: %s", strerror(errno));
-    if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
-        close(fd);
-        return tbm_open_fail(o, TBM_ERR_SOURCE, "manifest.json is not a regular file");
-    }
     struct tbm_source *src;
     const char *why;
+    int r;
+
+    int fd = tbm_manifest_open_file(o->m->dirfd, o->m->path, "manifest.json",
+                                    strlen("manifest.json"), &why);
+    if (fd < 0 && errno == ENOENT)
+        return refuse_without_manifest(o);
+    if (fd < 0)
+        return tbm_open_fail(o, TBM_ERR_SOURCE, "manifest.json refused: %s", why);
     if ((r = tbm_source_from_fd(fd, "manifest.json", &src, &why)) < 0)
         return tbm_open_fail(o, r, "cannot read manifest.json: %s",
                              r == TBM_ERR_NOMEM ? "out of memory" : why);

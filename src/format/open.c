@@ -71,7 +71,8 @@ static int build_table(struct tbm_opener *o)
         return r;
     if (m->kind == TBM_SOURCE_CONTAINER && tbm_misplaced_find(o) < 0)
         return tbm_open_fail(o, TBM_ERR_NOMEM, "out of memory");
-    if (tbm_dirs_assign(m) < 0 || (m->kind == TBM_SOURCE_CONTAINER && tbm_overlaps_check(m) < 0))
+    if (tbm_dirs_assign(m) < 0 || tbm_dirs_warn_duplicates(m) < 0 ||
+        (m->kind == TBM_SOURCE_CONTAINER && tbm_overlaps_check(m) < 0))
         return tbm_open_fail(o, TBM_ERR_NOMEM, "out of memory");
     if ((r = tbm_stats_count(o)) < 0)
         return tbm_open_fail(o, r, "out of memory computing statistics");

@@ -138,7 +138,7 @@ int tbm_model_json_render(const struct tbm_views *v, char **out, size_t *len)
     static const char *const formats[] = {"tbm", "manifest", "tb"};
     const struct tbm_model *m = v->model;
     struct json_object *o = json_object_new_object();
-    uint64_t total = 0, kept = 0;
+    uint64_t total = 0, kept = 0, warnings = 0, warned = 0;
 
     if (!o)
         return TBM_ERR_NOMEM;
@@ -148,6 +148,8 @@ int tbm_model_json_render(const struct tbm_views *v, char **out, size_t *len)
             total = add_sat(total, t->hdr.num_weights);
         if (t->stats_known)
             kept = add_sat(kept, t->stats.kept);
+        warnings += t->warnings.count;
+        warned += t->warnings.count > 0;
     }
     json_object_object_add(o, "format", json_object_new_string(formats[m->kind]));
     json_object_object_add(o, "source", json_object_new_string(m->path));
@@ -159,6 +161,8 @@ int tbm_model_json_render(const struct tbm_views *v, char **out, size_t *len)
     json_object_object_add(o, "total_kept", json_object_new_uint64(kept));
     json_object_object_add(o, "tensors_with_problems", json_object_new_uint64(m->nproblem_tensors));
     json_object_object_add(o, "problems", problems_json(m));
+    json_object_object_add(o, "warnings", json_object_new_uint64(warnings));
+    json_object_object_add(o, "tensors_with_warnings", json_object_new_uint64(warned));
     json_object_object_add(o, "kernels", json_object_new_string(tbm_isa_name(m->isa)));
     int r = tbm_json_dump(o, out, len);
     json_object_put(o);

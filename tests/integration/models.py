@@ -7,7 +7,7 @@ import struct
 import subprocess
 
 from harness import GEN
-from tbmref import Expect, dir_names
+from tbmref import Expect, dir_names, mark_duplicates
 
 # Names that exercise the directory encoding of MOUNT_LAYOUT.md, with the directory each must get.
 LONG_NAMES = [
@@ -76,8 +76,9 @@ def name_tensors(gen, names):
 
 def container_expects(cont, tensors):
     dirs = dir_names([t.name for t in tensors])
-    return [Expect(t.name, d, e.get("shape"), t.header, cont.data, e["offset"], cont.index_start, e)
-            for t, d, e in zip(tensors, dirs, cont.entries)]
+    return mark_duplicates([Expect(t.name, d, e.get("shape"), t.header, cont.data, e["offset"],
+                                   cont.index_start, e)
+                            for t, d, e in zip(tensors, dirs, cont.entries)])
 
 
 def write_container(gen, path, tensors, mtime=None, **kw):
@@ -96,7 +97,7 @@ def write_manifest(gen, directory, tensors, mtime=None, special=None):
     for t, d, e in zip(tensors, dirs, entries):
         data = gen.blob(t)
         out.append(Expect(t.name, d, e.get("shape"), t.header, data, 0, len(data), e))
-    return manifest, out
+    return manifest, mark_duplicates(out)
 
 
 def write_tb(gen, path, tensor, mtime=None):

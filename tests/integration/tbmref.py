@@ -143,6 +143,7 @@ class Expect:
     def __init__(self, name, dirname, shape, h, data, off, limit, index_entry=None):
         self.name, self.dir, self.shape, self.h, self.off = name, dirname, shape, h, off
         self.index_entry = index_entry
+        self.duplicate = False  # another tensor has the same name: a warning [v2]
         self.problem = False
         self.weights = self.mask = self.raw = self.dense_bits = None
         self.stats = None
@@ -183,6 +184,8 @@ class Expect:
         """Whether the contract calls for a warning: mask counters, index fields that differ
         from the header, or a shape whose product is not num_weights."""
         h, e = self.h, self.index_entry or {}
+        if self.duplicate:
+            return True
         if self.stats is not None and (self.stats[2] or self.stats[3]):
             return True
         header_view = dict(h, dtype=DTYPE_NAMES.get(h["precision"]))
@@ -228,3 +231,13 @@ def parse_npy(data):
     if not text.rstrip(b"\n").rstrip(b" ").endswith(b"}"):
         raise ValueError("NPY header %r not a padded dict literal" % text)
     return ast.literal_eval(text.decode("latin1")), total, data[total:]
+
+
+def mark_duplicates(expects):
+    """Marks the expectations of tensors whose name another tensor has too."""
+    count = {}
+    for e in expects:
+        count[e.name] = count.get(e.name, 0) + 1
+    for e in expects:
+        e.duplicate = count[e.name] > 1
+    return expects
