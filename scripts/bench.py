@@ -37,30 +37,86 @@ def dd(path, direct=False):
     return secs, size
 
 
-class Mount:
-    def __init__(self, source, mnt, args=()):
-        self.source, self.mnt, self.args = source, mnt, list(args)
+# The integration tests' mount helper, shared so that the bench mounts and takes mounts
+# down the same way the tests do: harness.Mount mounts tbmfs on a fresh directory under its
+# owner's tmp and finds the daemon; stop() always unmounts.
+sys.path.insert(0, os.path.join(ROOT, "tests", "integration"))
+os.environ.setdefault("TBMFS", TBMFS)
+import harness  # noqa: E402
+
+harness.TBMFS = TBMFS
+harness.CMD_TIMEOUT = 120
+
+
+class _Owner:
+    """What harness.Mount needs of its suite: a directory for mount points and a list of
+    live mounts (which main() takes down on the way out, whatever happened)."""
+
+    def __init__(self, tmp):
+        self.tmp, self.mounts = tmp, []
+
+
+OWNER = None
+
+
+class Mount(harness.Mount):
+    """A tbmfs mount of source for a with block; path is its mount point, pid its daemon."""
+
+    def __init__(self, source, args=()):
+        super().__init__(OWNER, source, args)
 
     def __enter__(self):
-        os.makedirs(self.mnt, exist_ok=True)
-        sh(["timeout", "120", TBMFS, self.source, self.mnt] + self.args)
+        rc = self.start()
+        if rc != 0 or not harness.mounted(self.path):
+            self.stop()
+            raise RuntimeError("tbmfs %s: exit %s: %s" % (self.source, rc, self.err.strip()))
+        return self
+
+
+class PeerMount:
+    """The same for a peer daemon (squashfuse, squashfuse_ll) of a squashfs image; both
+    return once mounted and run in the background."""
+
+    def __init__(self, prog, image):
+        self.prog, self.image = prog, image
+        self.path = tempfile.mkdtemp(dir=OWNER.tmp, prefix="peer-")
+
+    def stop(self):
+        if harness.mounted(self.path):
+            subprocess.run(["fusermount3", "-u", self.path], capture_output=True, timeout=60)
+        if harness.mounted(self.path):
+            subprocess.run(["umount", "-l", self.path], capture_output=True, timeout=60)
+        if self in OWNER.mounts:
+            OWNER.mounts.remove(self)
+
+    def __enter__(self):
+        OWNER.mounts.append(self)
+        sh(["timeout", "120", self.prog, self.image, self.path])
+        if not harness.mounted(self.path):
+            self.stop()
+            raise RuntimeError("%s %s did not mount" % (self.prog, self.image))
         return self
 
     def __exit__(self, *exc):
-        subprocess.run(["fusermount3", "-u", self.mnt], timeout=60)
+        self.stop()
+        return False
 
-    def daemon_pid(self):
-        for pid in os.listdir("/proc"):
-            if not pid.isdigit():
-                continue
-            try:
-                with open("/proc/%s/cmdline" % pid, "rb") as f:
-                    argv = f.read().split(b"\0")
-            except OSError:
-                continue
-            if argv and argv[0].endswith(b"tbmfs") and self.mnt.encode() in argv:
-                return int(pid)
-        raise RuntimeError("no daemon for " + self.mnt)
+
+def timed_mount(fs, source):
+    """(seconds the mount command took to return, the live mount)."""
+    if fs == "tbmfs":
+        m = Mount(source)
+        # time the command alone: the daemon's pid is looked up after the clock stops
+        find, m.find_daemon = m.find_daemon, lambda: None
+        t0 = time.perf_counter()
+        m.__enter__()
+        secs = time.perf_counter() - t0
+        m.pid = find()
+        return secs, m
+    m = PeerMount(fs, source)
+    t0 = time.perf_counter()
+    m.__enter__()
+    return time.perf_counter() - t0, m
 
 
 def gbps(size, secs):
@@ -73,15 +129,18 @@ def rate(path, direct=False):
     return gbps(size, secs)
 
 
-def view_reads(source, mnt, rel, args=()):
-    """One round of the three reads of a view: first buffered read of a fresh mount, a
-    cached re-read, and an O_DIRECT read (which bypasses the cache). GB/s of each."""
-    with Mount(source, mnt, args):
-        path = os.path.join(mnt, rel)
-        first = rate(path)
-        cached = rate(path)
-        direct = rate(path, direct=True)
+def three_reads(path):
+    """The three reads of a file of a fresh mount: first buffered read, a cached re-read,
+    and an O_DIRECT read (which bypasses the cache). GB/s of each."""
+    first = rate(path)
+    cached = rate(path)
+    direct = rate(path, direct=True)
     return {"first": first, "cached": cached, "direct": direct}
+
+
+def view_reads(source, rel, args=()):
+    with Mount(source, args) as m:
+        return three_reads(m.p(rel))
 
 
 NUMPY_SCRIPT = r"""
@@ -103,7 +162,7 @@ np.save(out, w.reshape(e["shape"]))
 """
 
 
-def numpy_vs_cp(source, mnt, name, runs):
+def numpy_vs_cp(source, name, runs):
     out = "/dev/shm/tbmfs-bench.npy"
     script = os.path.join(tempfile.gettempdir(), "tbmfs-bench-numpy.py")
     with open(script, "w") as f:
@@ -115,27 +174,27 @@ def numpy_vs_cp(source, mnt, name, runs):
         return time.perf_counter() - t0
 
     def cp_once():
-        with Mount(source, mnt):
+        with Mount(source) as m:
             t0 = time.perf_counter()
-            sh(["cp", os.path.join(mnt, "tensors", name, "dense.npy"), out])
+            sh(["cp", m.p("tensors", name, "dense.npy"), out])
             return time.perf_counter() - t0
 
     try:
         np_secs = statistics.median(numpy_once() for _ in range(runs))
         cp_secs = statistics.median(cp_once() for _ in range(runs))
-        with Mount(source, mnt):
-            same = sh(["cmp", os.path.join(mnt, "tensors", name, "dense.npy"), out]).returncode == 0
+        with Mount(source) as m:
+            same = sh(["cmp", m.p("tensors", name, "dense.npy"), out]).returncode == 0
     finally:
         if os.path.exists(out):
             os.unlink(out)
     return np_secs, cp_secs, same
 
 
-def peak_rss_streaming(source, mnt, rel, total):
+def peak_rss_streaming(source, rel, total):
     """Daemon VmHWM (KiB) after streaming total bytes of one dense view."""
-    with Mount(source, mnt) as m:
-        pid = m.daemon_pid()
-        path = os.path.join(mnt, rel)
+    with Mount(source) as m:
+        pid = m.pid
+        path = m.p(rel)
         done = 0
         while done < total:
             _, size = dd(path, direct=True)
@@ -150,49 +209,203 @@ KNOBS = (("default: 512 KiB requests, raw spliced", []),
          ("-o max_read=1048576: 1 MiB requests, pread", ["-o", "max_read=1048576"]))
 
 
-def knobs(source, mnt, name, runs):
+def knobs(source, name, runs):
     """The request-size and splice choices side by side, rounds interleaved:
     {(knob label, view, how): median GB/s}."""
     samples = {}
     for _ in range(runs):
         for label, args in KNOBS:
             for view in ("raw.tb", "dense.f32"):
-                got = view_reads(source, mnt, "tensors/%s/%s" % (name, view), args)
+                got = view_reads(source, "tensors/%s/%s" % (name, view), args)
                 for how in ("first", "direct"):
                     samples.setdefault((label, view, how), []).append(got[how])
     return {key: statistics.median(v) for key, v in samples.items()}
 
 
-def mount_and_find(source, mnt, runs):
+def mount_and_find(source, runs):
     mounts, finds = [], []
     for _ in range(runs):
-        os.makedirs(mnt, exist_ok=True)
-        t0 = time.perf_counter()
-        sh(["timeout", "120", TBMFS, source, mnt])
-        mounts.append(time.perf_counter() - t0)
-        try:
+        secs, m = timed_mount("tbmfs", source)
+        mounts.append(secs)
+        with m:
             t0 = time.perf_counter()
-            n = len(sh(["find", mnt]).stdout.splitlines())
+            n = len(sh(["find", m.path]).stdout.splitlines())
             finds.append(time.perf_counter() - t0)
-        finally:
-            subprocess.run(["fusermount3", "-u", mnt], timeout=60)
     return statistics.median(mounts), statistics.median(finds), n
 
 
-def main():
-    runs = int(sys.argv[1]) if len(sys.argv) > 1 else 5
-    work = tempfile.mkdtemp(prefix="tbmfs-bench-")
+PEERS = ("squashfuse", "squashfuse_ll")
+COLUMNS = ("tbmfs",) + PEERS
+
+
+def squash(src, image):
+    """An uncompressed squashfs image of the directory src, as a user who does not use
+    tbmfs would serve its extracted views: no compression of inodes, data, fragments or
+    xattrs."""
+    sh(["mksquashfs", src, image, "-noI", "-noD", "-noF", "-noX", "-quiet", "-no-progress",
+        "-noappend"])
+
+
+def extract_views(reads, out):
+    """Copies each view that the peer table reads out of a tbmfs mount into out."""
+    for _, source, rel in reads:
+        os.makedirs(os.path.dirname(os.path.join(out, rel)), exist_ok=True)
+        with Mount(source) as m:
+            sh(["cp", m.p(rel), os.path.join(out, rel)])
+
+
+def copy_tree_shape(source, out):
+    """The tree of a tbmfs mount with the same names, kinds, modes and sizes, the files
+    sparse: the metadata figures read no content, and copying 140,000 files' contents
+    through the mount would take longer than the whole benchmark. Number of entries."""
+    n = 0
+    with Mount(source) as m:
+        for top, dirs, files in os.walk(m.path):
+            rel = os.path.relpath(top, m.path)
+            dest = os.path.normpath(os.path.join(out, rel))
+            os.makedirs(dest, exist_ok=True)
+            n += 1
+            for name in files:
+                st = os.lstat(os.path.join(top, name))
+                path = os.path.join(dest, name)
+                with open(path, "wb") as f:
+                    f.truncate(st.st_size)
+                os.chmod(path, st.st_mode & 0o7777)
+                n += 1
+    for top, dirs, _ in os.walk(out):
+        for name in dirs:
+            os.chmod(os.path.join(top, name), 0o555)
+    return n
+
+
+def fs_mount(fs, source, image):
+    return Mount(source) if fs == "tbmfs" else PeerMount(fs, image)
+
+
+def rotated(seq, r):
+    """seq started at its r-th element: no column always goes first in a round."""
+    r %= len(seq)
+    return seq[r:] + seq[:r]
+
+
+def peer_reads(reads, views, image, runs):
+    """{(column, view label, how): median GB/s} of the three reads of each view on a fresh
+    mount of tbmfs and of each peer, and ext4's two reads of the extracted file from its
+    page cache (the limit: what a kernel file system serves the same bytes at)."""
+    samples = {}
+    for r in range(runs):
+        for label, source, rel in reads:
+            plain = os.path.join(views, rel)
+            samples.setdefault(("ext4", label, "first"), []).append(rate(plain))
+            samples.setdefault(("ext4", label, "cached"), []).append(rate(plain))
+            for fs in rotated(COLUMNS, r):
+                with fs_mount(fs, source, image) as m:
+                    got = three_reads(os.path.join(m.path, rel))
+                for how, speed in got.items():
+                    samples.setdefault((fs, label, how), []).append(speed)
+    return {key: statistics.median(v) for key, v in samples.items()}
+
+
+def walk_times(path):
+    """(seconds of find PATH | wc -l, entries, seconds of ls -lR PATH > /dev/null after it)."""
+    t0 = time.perf_counter()
+    n = len(sh(["find", path]).stdout.splitlines())
+    find_s = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    subprocess.run(["ls", "-lR", path], check=True, stdout=subprocess.DEVNULL, timeout=600)
+    return find_s, n, time.perf_counter() - t0
+
+
+def peer_meta(source, tree, image, runs):
+    """{(column, figure): median seconds} of mounting the index, find and ls -lR over it;
+    ext4 walks the tree of the same shape; entries seen by each column."""
+    samples, entries = {}, {}
+    for r in range(runs):
+        find_s, entries["ext4"], ls_s = walk_times(tree)
+        samples.setdefault(("ext4", "find"), []).append(find_s)
+        samples.setdefault(("ext4", "ls"), []).append(ls_s)
+        for fs in rotated(COLUMNS, r):
+            secs, m = timed_mount(fs, source if fs == "tbmfs" else image)
+            with m:
+                find_s, entries[fs], ls_s = walk_times(m.path)
+            for key, v in (("mount", secs), ("find", find_s), ("ls", ls_s)):
+                samples.setdefault((fs, key), []).append(v)
+    return {key: statistics.median(v) for key, v in samples.items()}, entries
+
+
+def print_peers(reads, got, meta, entries, runs):
+    print("\n8. tbmfs beside the read-only FUSE mounts a user who does not use tbmfs would serve")
+    print("   the extracted files with: squashfuse and squashfuse_ll over an uncompressed squashfs")
+    print("   image (mksquashfs -noI -noD -noF -noX); ext4 page cache is the limit. Median of %d,"
+          % runs)
+    print("   rounds interleaved, a fresh mount for each read; ratio = tbmfs to the best peer")
+    print("   (above 1.0: tbmfs ahead). 256 MiB files, GB/s:")
+    head = "   %-42s %7s %7s %10s %13s %7s"
+    row = "   %-42s %7s %7.2f %10.2f %13.2f %7.2f"
+    print(head % ("read", "ext4", "tbmfs", "squashfuse", "squashfuse_ll", "ratio"))
+    for label, _, _ in reads:
+        for how, text in (("first", label + ", first read"), ("direct", "  same, O_DIRECT"),
+                          ("cached", "  same, second read (cached)")):
+            ext4 = got.get(("ext4", label, how))
+            peers = [got[(p, label, how)] for p in PEERS]
+            print(row % (text, "%.2f" % ext4 if ext4 else "(disk)", got[("tbmfs", label, how)],
+                         peers[0], peers[1], got[("tbmfs", label, how)] / max(peers)))
+    print("\n   index of %s tensors (%s entries), seconds:"
+          % ("{:,}".format(META_TENSORS), "{:,}".format(entries["tbmfs"])))
+    for key, text in (("mount", "mount (command returns)"), ("find", "find MNT | wc -l"),
+                      ("ls", "ls -lR MNT > /dev/null, after find")):
+        ext4 = meta.get(("ext4", key))
+        peers = [meta[(p, key)] for p in PEERS]
+        print("   %-42s %7s %7.3f %10.3f %13.3f %7.2f" % (
+            text, "%.3f" % ext4 if ext4 is not None else "-", meta[("tbmfs", key)], peers[0],
+            peers[1], min(peers) / meta[("tbmfs", key)]))
+    if len(set(entries.values())) != 1:
+        print("   ENTRY COUNTS DIFFER: %s" % entries)
+
+
+META_TENSORS = 20000
+
+
+def figures(work, runs, want):
     fp16 = os.path.join(work, "fp16.tbm")
     fp32 = os.path.join(work, "fp32.tbm")
     many = os.path.join(work, "many.tbm")
-    mnt = os.path.join(work, "mnt")
     print("generating inputs in %s ..." % work, flush=True)
     sh([PY, GEN, "tensor", fp16, "--shape", "8192,8192", "--dtype", "fp16", "--nm", "2:4",
         "--name", "w16"])
     sh([PY, GEN, "tensor", fp32, "--shape", "8192,8192", "--dtype", "fp32", "--nm", "0:0",
         "--name", "w32"])
-    sh([PY, GEN, "many", many, "--count", "100000"])
+    if 6 in want:
+        sh([PY, GEN, "many", many, "--count", "100000"])
+    if want & {1, 2, 3}:
+        reads_figures(runs, fp16, fp32)
+    if 4 in want:
+        np_secs, cp_secs, same = numpy_vs_cp(fp16, "w16", runs)
+        print("\n4. NumPy script (read .tbm, expand, write .npy to /dev/shm): %.3f s" % np_secs)
+        print("   cp dense.npy out of the mount to /dev/shm:%18s%.3f s  (%.1fx faster%s)"
+              % ("", cp_secs, np_secs / cp_secs, "" if same else ", OUTPUTS DIFFER"))
+    if 5 in want:
+        hwm, streamed = peak_rss_streaming(fp16, "tensors/w16/dense.f32", 1 << 30)
+        print("\n5. daemon peak RSS (VmHWM) after streaming %.2f GiB of dense.f32: %.1f MiB"
+              % (streamed / (1 << 30), hwm / 1024))
+    if 6 in want:
+        mount_s, find_s, entries = mount_and_find(many, max(3, runs // 2))
+        print("\n6. 100,000-tensor index: mount %.3f s, find MNT | wc -l (%d entries) %.3f s"
+              % (mount_s, entries, find_s))
+    if 7 in want:
+        print("\n7. the knobs side by side, fp16 2:4 tensor, GB/s (median of %d):" % runs)
+        print("   %-50s %9s %9s %9s %9s" % ("", "raw first", "raw O_DIR", "dns first",
+                                           "dns O_DIR"))
+        got = knobs(fp16, "w16", runs)
+        for label, _ in KNOBS:
+            print("   %-50s %9.2f %9.2f %9.2f %9.2f" % (
+                label, got[(label, "raw.tb", "first")], got[(label, "raw.tb", "direct")],
+                got[(label, "dense.f32", "first")], got[(label, "dense.f32", "direct")]))
+    if 8 in want:
+        peers(work, runs, fp16, fp32)
 
+
+def reads_figures(runs, fp16, fp32):
     # Every figure is measured once per round, the rounds one after another, so that
     # a slow spell of this shared machine weighs on all figures alike, not on one.
     kinds = (("fp16 2:4", fp16, "w16"), ("fp32 dense", fp32, "w32"))
@@ -201,7 +414,7 @@ def main():
         for label, source, name in kinds:
             samples.setdefault((label, "base"), []).append(rate(source))
             for view in ("raw.tb", "dense.f32"):
-                got = view_reads(source, mnt, "tensors/%s/%s" % (name, view))
+                got = view_reads(source, "tensors/%s/%s" % (name, view))
                 for how, speed in got.items():
                     samples.setdefault((label, view, how), []).append(speed)
     med = {key: statistics.median(v) for key, v in samples.items()}
@@ -232,28 +445,46 @@ def main():
     for label, speed, ratio in rows:
         print("%-58s %10.2f %8.2f" % (label, speed, ratio))
 
-    np_secs, cp_secs, same = numpy_vs_cp(fp16, mnt, "w16", runs)
-    print("\n4. NumPy script (read .tbm, expand, write .npy to /dev/shm): %.3f s" % np_secs)
-    print("   cp dense.npy out of the mount to /dev/shm:                  %.3f s  (%.1fx faster%s)"
-          % (cp_secs, np_secs / cp_secs, "" if same else ", OUTPUTS DIFFER"))
 
-    hwm, streamed = peak_rss_streaming(fp16, mnt, "tensors/w16/dense.f32", 1 << 30)
-    print("\n5. daemon peak RSS (VmHWM) after streaming %.2f GiB of dense.f32: %.1f MiB"
-          % (streamed / (1 << 30), hwm / 1024))
 
-    mount_s, find_s, entries = mount_and_find(many, mnt, max(3, runs // 2))
-    print("\n6. 100,000-tensor index: mount %.3f s, find MNT | wc -l (%d entries) %.3f s"
-          % (mount_s, entries, find_s))
+def peers(work, runs, fp16, fp32):
+    """Figure 8: the peer table; builds its squashfs images from what tbmfs shows."""
+    many = os.path.join(work, "many20k.tbm")
+    views, tree = os.path.join(work, "views"), os.path.join(work, "tree")
+    views_img, tree_img = os.path.join(work, "views.sqfs"), os.path.join(work, "tree.sqfs")
+    reads = (("dense.f32 of fp16 2:4 (computed)", fp16, "tensors/w16/dense.f32"),
+             ("raw.tb of fp32 (spliced)", fp32, "tensors/w32/raw.tb"))
+    print("building the squashfs images of the peers ...", flush=True)
+    sh([PY, GEN, "many", many, "--count", str(META_TENSORS)])
+    extract_views(reads, views)
+    copy_tree_shape(many, tree)
+    squash(views, views_img)
+    squash(tree, tree_img)
+    # the images and inputs just written must not be flushed to disk while measuring
+    sh(["sync"])
+    got = peer_reads(reads, views, views_img, runs)
+    meta, entries = peer_meta(many, tree, tree_img, runs)
+    print_peers(reads, got, meta, entries, runs)
+    subprocess.run(["rm", "-rf", views, tree])
 
-    print("\n7. the knobs side by side, fp16 2:4 tensor, GB/s (median of %d):" % runs)
-    print("   %-50s %9s %9s %9s %9s" % ("", "raw first", "raw O_DIR", "dns first",
-                                       "dns O_DIR"))
-    got = knobs(fp16, mnt, "w16", runs)
-    for label, _ in KNOBS:
-        print("   %-50s %9.2f %9.2f %9.2f %9.2f" % (
-            label, got[(label, "raw.tb", "first")], got[(label, "raw.tb", "direct")],
-            got[(label, "dense.f32", "first")], got[(label, "dense.f32", "direct")]))
-    subprocess.run(["rm", "-rf", work])
+
+def main():
+    global OWNER
+    runs = int(sys.argv[1]) if len(sys.argv) > 1 else 5
+    # optional: which figures, e.g. "8" or "1,2,3,8" (default all)
+    want = ({int(x) for x in sys.argv[2].split(",")} if len(sys.argv) > 2
+            else set(range(1, 9)))
+    work = tempfile.mkdtemp(prefix="tbmfs-bench-")
+    OWNER = _Owner(work)
+    try:
+        figures(work, runs, want)
+    finally:
+        for m in list(OWNER.mounts):
+            m.stop()
+        if OWNER.mounts or any(line.split()[1].startswith(work + "/") for line in open("/proc/mounts")):
+            print("STILL MOUNTED under %s; kept" % work)
+        else:
+            subprocess.run(["rm", "-rf", work])
 
 
 if __name__ == "__main__":

@@ -1,10 +1,23 @@
 #!/usr/bin/env bash
-# Builds tbmfs and runs the mount throughput benchmark (scripts/bench.py);
-# needs root for the mounts and about 2 GiB of free space in /tmp.
+# Builds tbmfs and runs the mount throughput benchmark (scripts/bench.py [RUNS [FIGURES]]);
+# installs the peers it compares with (squashfuse, squashfs-tools) when missing; needs root
+# for the mounts and about 3 GiB of free space in /tmp.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 scripts/install-deps.sh
+# the peers of figure 8: squashfuse and squashfuse_ll over a squashfs image
+peers=()
+for p in squashfuse squashfs-tools; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || peers+=("$p")
+done
+if [ ${#peers[@]} -gt 0 ]; then
+    echo "installing the benchmark's peers: ${peers[*]}"
+    sudo=""
+    [ "$(id -u)" -eq 0 ] || sudo="sudo"
+    $sudo apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${peers[@]}" >/dev/null
+fi
 [ -d build ] || meson setup build >/dev/null
 ninja -C build >/dev/null
 exec /usr/bin/python3 scripts/bench.py "$@"
