@@ -159,9 +159,20 @@ def _apply_overrides(d, overrides):
     return d
 
 
+def tool_mask(bits, m, short=False):
+    """A mask as the Tensorbit tools write it: one byte per group whatever M is (bits 8 and up
+    of a group cannot be stored: the tools cast each group's mask to 8 bits), and with short
+    the last group left out (the tools' floor instead of ceil)."""
+    groups = len(bits) // m
+    low = bits.reshape(groups, m)[:, : min(m, 8)].astype(np.uint16)
+    out = (low << np.arange(low.shape[1], dtype=np.uint16)).sum(axis=1).astype(np.uint8)
+    return out[: groups - 1 if short else groups].tobytes()
+
+
 def make_tensor(name, shape, dtype="fp32", nm=(2, 4), seed=0, *, num_weights=None, values=None,
                 mask_bits=None, mask_bytes=None, junk_bits=False, over_n=0, conflicts=0,
-                prune=True, header=None, index=None, reserved=b"", tail=b"", mask_gap=0):
+                prune=True, header=None, index=None, reserved=b"", tail=b"", mask_gap=0,
+                tools_mask=False, short_mask=False):
     """A tensor spec with consistent header, payloads and index entry, then the overrides.
 
     dtype: "fp32" | "fp16" | "bf16" | "fp64", or an int precision code (unknown codes store
@@ -172,6 +183,9 @@ def make_tensor(name, shape, dtype="fp32", nm=(2, 4), seed=0, *, num_weights=Non
     groups get every bit set. conflicts: that many pruned elements keep a non-zero stored value.
     prune=False stores every value (for masks that must not be applied). header / index: field
     overrides (DELETE removes an index key). mask_gap: bytes between weights and mask.
+    tools_mask: the mask as the Tensorbit tools write it (one byte per group, positions 8..M-1
+    pruned); short_mask: one group short of a partial last group, that group pruned (either
+    layout).
     """
     n, m = nm
     prec = PRECISIONS[dtype] if isinstance(dtype, str) else int(dtype)
@@ -197,13 +211,23 @@ def make_tensor(name, shape, dtype="fp32", nm=(2, 4), seed=0, *, num_weights=Non
         elif mask_bits is not None:
             bits = np.zeros(groups * m, dtype=bool)
             bits[: len(mask_bits)] = np.asarray(mask_bits, dtype=bool)
+        if tools_mask or short_mask:
+            # what the tools cannot store is pruned, and so zeroed below
+            if tools_mask and m > 8:
+                bits.reshape(groups, m)[:, 8:] = False
+            if short_mask:
+                bits[(groups - 1) * m:] = False
         if mask_bytes is not None:
             mask = bytes(mask_bytes)
             bits = _unpack_bits(mask, m, nw) if m <= 32 else np.ones(groups * m, dtype=bool)
+        elif tools_mask:
+            mask = tool_mask(bits, m, short_mask)
         else:
             mask = pack_mask(bits, m)
             if junk_bits:
                 mask = _with_junk_bits(mask, m, nw)
+            if short_mask:
+                mask = mask[: (groups - 1) * mask_word_bytes(m)]
         keep = bits[:nw]
         if prune and m <= 32 and n <= m:
             pruned = np.flatnonzero(~keep)
@@ -299,6 +323,23 @@ def container(tensors, architecture="llama", config=None, *, offsets=None, index
     length = len(index_bytes) if index_len is None else index_len
     data += index_bytes + struct.pack("<I", length & 0xFFFFFFFF)
     return Container(bytes(data), index_bytes, start, placed, entries)
+
+
+def merged_container(tensors, architecture="custom", config=None):
+    """A container as the Tensorbit merge script (merge_tbm.py) writes it: the blobs back to
+    back, but each index offset computed as if every blob before were fp32, 4096 + 4 *
+    num_weights + num_mask_bytes: every blob after the first that is not fp32 is elsewhere
+    than its index says. Returns the Container; its offsets are where the blobs really are."""
+    cont = container(tensors, architecture, config)
+    claimed, off = [], 0
+    for t in tensors:
+        claimed.append(off)
+        off += HEADER_SIZE + 4 * t.header["num_weights"] + t.header["num_mask_bytes"]
+    entries = [dict(e, offset=c) for e, c in zip(cont.entries, claimed)]
+    obj = {"architecture": architecture, "config": config or {}, "tensors": entries}
+    index_bytes = json.dumps(obj, indent=1, ensure_ascii=False).encode("utf-8")
+    data = cont.data[: cont.index_start] + index_bytes + struct.pack("<I", len(index_bytes))
+    return Container(data, index_bytes, cont.index_start, cont.offsets, entries)
 
 
 def write_file(path, data, mtime=None):

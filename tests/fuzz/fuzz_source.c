@@ -362,7 +362,8 @@ struct payload {
     char *weights, *mask;
     uint64_t first, g0; /* first element, and its group */
     size_t es;          /* bytes per stored element */
-    uint32_t m, wb;     /* group size, bytes per mask word */
+    uint32_t m, wb;     /* group size, bytes per stored group (1 in the tools' layout) */
+    uint64_t stored;    /* groups the stored mask holds; later ones are pruned */
     bool masked;        /* dense views apply the mask */
 };
 
@@ -372,7 +373,8 @@ static void load_payload(const struct tbm_views *v, const struct tbm_tensor *t, 
     p->first = first;
     p->es = tbm_precision_size(t->hdr.precision);
     p->m = t->hdr.nm_m;
-    p->wb = tbm_mask_word_bytes(p->m);
+    p->wb = t->mask_layout == TBM_MASK_BYTES ? 1 : tbm_mask_word_bytes(p->m);
+    p->stored = t->mask_groups;
     p->masked = t->mask_usable;
     p->weights = read_range(v, VIEW(TENSOR, "weights.bin"), i, first * p->es, count * p->es);
     p->mask = NULL;
@@ -380,8 +382,10 @@ static void load_payload(const struct tbm_views *v, const struct tbm_tensor *t, 
     if (!p->masked)
         return;
     p->g0 = first / p->m;
-    uint64_t groups = (first + count - 1) / p->m - p->g0 + 1;
-    p->mask = read_range(v, VIEW(TENSOR, "mask.bin"), i, p->g0 * p->wb, groups * p->wb);
+    uint64_t end = (first + count - 1) / p->m + 1;
+    end = end < p->stored ? end : p->stored;
+    p->mask = read_range(v, VIEW(TENSOR, "mask.bin"), i, p->g0 * p->wb,
+                         end > p->g0 ? (end - p->g0) * p->wb : 0);
 }
 
 static void free_payload(struct payload *p)
@@ -390,14 +394,18 @@ static void free_payload(struct payload *p)
     free(p->mask);
 }
 
-/* Whether element k is kept: bit k % m of its group's little-endian word. */
+/* Whether element k is kept: bit k % m of its group's little-endian word;
+ * in the tools' one byte per group, positions 8 and up are pruned, and so
+ * is a group the stored mask lacks. */
 static bool kept_bit(const struct payload *p, uint64_t k)
 {
     if (!p->masked)
         return true;
+    if (k / p->m >= p->stored)
+        return false;
     const unsigned char *word = (const unsigned char *)p->mask + (k / p->m - p->g0) * p->wb;
     uint32_t j = (uint32_t)(k % p->m);
-    return word[j / 8] >> (j % 8) & 1;
+    return j / 8 < p->wb && (word[j / 8] >> (j % 8) & 1);
 }
 
 static uint64_t stored_bits(const struct payload *p, uint64_t k)

@@ -151,13 +151,37 @@ def broken_seeds():
         [t("s", [4, 4], "fp16", (2, 4), 22, index={"file": "t0.tb"})]))
 
 
+def tools_seeds():
+    """[v2] Each convention of the Tensorbit tools: masks of one byte per group, masks one group
+    short, the merge script's offsets (a chain of misplaced blobs), [n, 0] shapes, quantized
+    dtypes, a blob that runs into the next one's header, duplicate names."""
+    yield "t-bytes-per-group", framed(0, g.container(
+        [t("b9", [2, 18], "fp32", (4, 9), 30, tools_mask=True),
+         t("b16", [3, 16], "fp16", (8, 16), 31, tools_mask=True),
+         t("b32", [2, 32], "bf16", (8, 32), 32, tools_mask=True)]))
+    yield "t-short-masks", framed(BLOB, g.container(
+        [t("s4", [3, 7], "fp32", (2, 4), 33, short_mask=True),
+         t("s16", [35], "fp64", (4, 16), 34, tools_mask=True, short_mask=True)]))
+    yield "t-merged-chain", raw(0, g.merged_container(
+        [t("a", [4, 8], "fp64", (2, 4), 35), t("b", [4, 8], "fp32", (2, 4), 36),
+         t("c", [4, 8], "fp16", (2, 4), 37), t("d", [16], "bf16", (0, 0), 38)]).data)
+    yield "t-shape-n0-quantized-dups", raw(0, g.container(
+        [t("n0", [8], "fp32", (2, 4), 39, index={"shape": [8, 0]}),
+         t("q", [8], "fp32", (0, 0), 40, index={"dtype": "int8"}),
+         t("n0", [8], "fp32", (2, 4), 41)]).data)
+    over = g.container([t("over", [16], "fp32", (0, 0), 42), t("next", [8], "fp32", (2, 4), 43)])
+    data = bytearray(over.data)
+    data[16:24] = struct.pack("<Q", 64)
+    yield "t-overreach", raw(0, bytes(data))
+
+
 def main():
     out = os.path.join(HERE, "corpus")
     os.makedirs(out, exist_ok=True)
     for old in os.listdir(out):
         os.unlink(os.path.join(out, old))
     count = 0
-    for seeds in (sound_seeds, blob_seeds, manifest_seeds, broken_seeds):
+    for seeds in (sound_seeds, blob_seeds, manifest_seeds, broken_seeds, tools_seeds):
         for name, data in seeds():
             with open(os.path.join(out, name), "wb") as f:
                 f.write(data)

@@ -84,22 +84,38 @@ def mask_word_bytes(m):
     return 1 if m <= 8 else 2 if m <= 16 else 4
 
 
+def mask_layout(h):
+    """How a mask of header h is read, per the contract [v2], first match wins: (bytes per
+    group, groups stored), or None when it is unusable. 1) the format's words for every group;
+    2) one byte per group for 9 <= M <= 32; 3) when num_weights is not a multiple of M, either
+    layout one group short."""
+    m, n, nw, nmb = h["nm_m"], h["nm_n"], h["num_weights"], h["num_mask_bytes"]
+    if not (0 < m <= 32 and n <= m):
+        return None
+    groups, full, b = -(-nw // m), nw // m, mask_word_bytes(m)
+    tries = [(b, groups), (1, groups) if m >= 9 else None]
+    if full < groups:
+        tries += [(b, full), (1, full) if m >= 9 else None]
+    for t in tries:
+        if t is not None and nmb == t[0] * t[1]:
+            return t
+    return None
+
+
 def mask_usable(h):
-    m, n = h["nm_m"], h["nm_n"]
-    if m == 0:
-        return True
-    groups = -(-h["num_weights"] // m)
-    return m <= 32 and n <= m and h["num_mask_bytes"] == groups * mask_word_bytes(m)
+    return h["nm_m"] == 0 or mask_layout(h) is not None
 
 
-def keep_bits(mask, m, nw):
-    """Per-element keep flags (bool, length nw) from a usable mask payload."""
-    b = mask_word_bytes(m)
+def keep_bits(mask, m, nw, layout=None):
+    """Per-element keep flags (bool, length nw) from a usable mask payload: bit j of group g's
+    little-endian word keeps element g*m + j. In the tools' layout (one byte per group) only
+    bits 0..7 exist, so positions 8..m-1 are pruned; groups the mask lacks are pruned."""
+    b, stored = layout or (mask_word_bytes(m), -(-nw // m))
     groups = -(-nw // m)
-    raw = np.frombuffer(mask, dtype=np.uint8)[: groups * b].reshape(groups, b).astype(np.uint64)
+    raw = np.frombuffer(mask, dtype=np.uint8)[: stored * b].reshape(stored, b).astype(np.uint64)
     words = np.zeros(groups, dtype=np.uint64)
     for k in range(b):
-        words |= raw[:, k] << np.uint64(8 * k)
+        words[:stored] |= raw[:, k] << np.uint64(8 * k)
     pos = np.arange(m, dtype=np.uint64)
     bits = ((words[:, None] >> pos) & np.uint64(1)).astype(bool)
     return bits.reshape(-1)[:nw]
@@ -174,7 +190,7 @@ class Expect:
         if h["nm_m"] == 0:
             self.stats = (nw, 1.0, 0, 0)
         elif mask_usable(h):
-            keep = keep_bits(self.mask, h["nm_m"], nw)
+            keep = keep_bits(self.mask, h["nm_m"], nw, mask_layout(h))
             bits = np.where(keep, bits, np.uint32(0)).astype(np.uint32)
             self.stats = self._mask_stats(keep, h)
         self.dense_bits = bits
@@ -186,6 +202,9 @@ class Expect:
         h, e = self.h, self.index_entry or {}
         if self.duplicate:
             return True
+        lay = mask_layout(h) if h["nm_m"] else None
+        if lay and lay != (mask_word_bytes(h["nm_m"]), -(-h["num_weights"] // h["nm_m"])):
+            return True  # a layout of the Tensorbit tools [v2]
         if self.stats is not None and (self.stats[2] or self.stats[3]):
             return True
         header_view = dict(h, dtype=DTYPE_NAMES.get(h["precision"]))

@@ -353,6 +353,59 @@ static void test_bad_offsets(void **state)
     expect_problem("notobj.tbm", &b, "{\"tensors\":[7]}", "not an object", false);
 }
 
+/* One tensor of nw fp32 zeros at N:M with a mask of nmask bytes (all kept
+ * bits set); returns whether its mask is usable and how it reads. */
+static bool mask_case(uint32_t n, uint32_t m, uint64_t nw, uint64_t nmask,
+                      enum tbm_mask_layout *layout, uint64_t *groups, size_t *warnings)
+{
+    static float w[256];
+    static uint8_t mk[256];
+    struct blob b = {TBM_MAGIC, 1, n, m, nw, nmask, 4096, 4096 + nw * 4, 0, w, nw * 4, mk, nmask};
+    char index[128];
+
+    memset(mk, 0xff, sizeof(mk));
+    snprintf(index, sizeof(index), "{\"tensors\":[{\"name\":\"t\",\"offset\":0}]}");
+    struct tbm_model *m0 = open_ok(container("mask.tbm", &b, 1, index, 0), false);
+    const struct tbm_tensor *t = &m0->tensors[0];
+    bool usable = t->mask_usable;
+    *layout = t->mask_layout;
+    *groups = t->mask_groups;
+    *warnings = t->warnings.count;
+    tbm_model_close(m0);
+    return usable;
+}
+
+/* The contract's order of mask lengths [v2], at the edges of each. */
+static void test_mask_layouts(void **state)
+{
+    enum tbm_mask_layout l;
+    uint64_t g;
+    size_t w;
+
+    (void)state;
+    /* M = 8: one byte per group is the format's own layout; one byte more or less is not */
+    assert_true(mask_case(2, 8, 32, 4, &l, &g, &w) && l == TBM_MASK_WORDS && g == 4);
+    assert_false(mask_case(2, 8, 32, 3, &l, &g, &w));
+    assert_false(mask_case(2, 8, 32, 5, &l, &g, &w));
+    /* M = 9: words of 2 bytes, or the tools' one byte per group, with a warning */
+    assert_true(mask_case(2, 9, 36, 8, &l, &g, &w) && l == TBM_MASK_WORDS && g == 4);
+    assert_true(mask_case(2, 9, 36, 4, &l, &g, &w) && l == TBM_MASK_BYTES && g == 4);
+    assert_true(w >= 1);
+    assert_false(mask_case(2, 9, 36, 5, &l, &g, &w));
+    assert_false(mask_case(2, 9, 36, 3, &l, &g, &w));
+    /* a partial last group: one group short in either layout, never two */
+    assert_true(mask_case(2, 4, 10, 2, &l, &g, &w) && l == TBM_MASK_WORDS && g == 2);
+    assert_false(mask_case(2, 4, 10, 1, &l, &g, &w));
+    assert_true(mask_case(2, 16, 40, 2, &l, &g, &w) && l == TBM_MASK_BYTES && g == 2);
+    assert_true(mask_case(2, 16, 40, 4, &l, &g, &w) && l == TBM_MASK_WORDS && g == 2);
+    /* 3 bytes for 3 groups of 16 is the tools' full layout, not the short words */
+    assert_true(mask_case(2, 16, 40, 3, &l, &g, &w) && l == TBM_MASK_BYTES && g == 3);
+    /* no partial group, no short layout */
+    assert_false(mask_case(2, 16, 48, 2, &l, &g, &w));
+    /* M = 33 stays unusable whatever the length */
+    assert_false(mask_case(2, 33, 33, 1, &l, &g, &w));
+}
+
 static void test_overlapping_blobs(void **state)
 {
     struct blob b = good_blob();
@@ -559,6 +612,7 @@ int main(void)
         cmocka_unit_test(test_unusable_masks),     cmocka_unit_test(test_warnings_and_stats),
         cmocka_unit_test(test_names_deduplicated), cmocka_unit_test(test_strict_refuses_problems),
         cmocka_unit_test(test_bare_blob),          cmocka_unit_test(test_manifest_files),
+        cmocka_unit_test(test_mask_layouts),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
