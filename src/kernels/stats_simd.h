@@ -12,7 +12,9 @@
  * scan16(r, v, bits)      pass 1 on the 16 float32 at v, element k kept
  *                         when bit k of bits is; element k is lane k
  * struct hist_regs, hist_load(r, h), hist_store(r, h), hist16(r, v, bits)
- *                         the same for pass 2 */
+ *                         the same for pass 2
+ * hist_flush(r, h)        its flush: the sums alone, as the bin counts are
+ *                         4 KiB to add up */
 #ifndef TBM_KERNELS_STATS_SIMD_H
 #define TBM_KERNELS_STATS_SIMD_H
 
@@ -63,9 +65,7 @@ TBM_INLINE void flush(enum stats_pass pass, void *regs, void *acc)
         tbm_stats_sum_flush(&((struct tbm_stats_acc *)acc)->abs_sum);
         scan_load(regs, acc);
     } else {
-        hist_store(regs, acc);
-        tbm_stats_sum_flush(&((struct tbm_stats_hist *)acc)->dev2);
-        hist_load(regs, acc);
+        hist_flush(regs, acc);
     }
 }
 
@@ -133,7 +133,8 @@ TBM_INLINE void run(enum stats_pass pass, enum tbm_precision prec, const uint8_t
         count -= head;
     }
     if (count >= 16) {
-        union {
+        /* both, not a union: GCC keeps a union's vectors in memory */
+        struct {
             struct scan_regs scan;
             struct hist_regs hist;
         } regs;
@@ -147,7 +148,8 @@ TBM_INLINE void run(enum stats_pass pass, enum tbm_precision prec, const uint8_t
             size_t n = vectors - done < STATS_CHUNK ? (size_t)(vectors - done) : STATS_CHUNK;
 
             expand_level(prec, w, NULL, 0, 0, n, buf);
-            run_vectors(pass, &regs, acc, buf, n, mask, &s, blocks, seen);
+            run_vectors(pass, pass == SCAN ? (void *)&regs.scan : (void *)&regs.hist, acc, buf, n,
+                        mask, &s, blocks, seen);
             w += n * size;
             done += n;
         }
