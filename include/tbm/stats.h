@@ -128,8 +128,9 @@ void tbm_stats_hist_init(struct tbm_stats_hist *h, const struct tbm_stats_acc *a
 void tbm_stats_hist(enum tbm_isa isa, enum tbm_precision prec, const void *weights,
                     const uint8_t *mask, uint32_t m, uint64_t count, struct tbm_stats_hist *h);
 
-/* The results of both passes. When min == max every value is in the last
- * bin, as the contract says: finish moves the counts there. */
+/* The results of both passes. (When min == max, -0.0 == +0.0 included, pass
+ * 2 has put every value in the last bin, as the contract says: every edge
+ * is then min.) */
 void tbm_stats_finish(const struct tbm_stats_acc *a, const struct tbm_stats_hist *h,
                       struct tbm_stats_result *r);
 
