@@ -1,0 +1,207 @@
+/* Statistics on AVX-512: 16 float32 per vector, their doubles in two 8-lane
+ * vectors, exclusions as opmasks; histogram bins from an estimate corrected
+ * against the edge keys by two permutes. */
+#include <immintrin.h>
+
+#include "stats_internal.h"
+
+#define expand_level tbm_expand_avx512
+
+struct scan_regs {
+    __m512d sum[2], abs[2]; /* lanes 0-7 and 8-15 */
+    __m512i min, max;
+    uint64_t kept, zeros, nan, finite;
+};
+
+TBM_INLINE void scan_load(struct scan_regs *r, const struct tbm_stats_acc *a)
+{
+    for (unsigned i = 0; i < 2; i++) {
+        r->sum[i] = _mm512_loadu_pd(a->sum.part + 8 * i);
+        r->abs[i] = _mm512_loadu_pd(a->abs_sum.part + 8 * i);
+    }
+    r->min = _mm512_set1_epi32(a->min_key);
+    r->max = _mm512_set1_epi32(a->max_key);
+    r->kept = r->zeros = r->nan = r->finite = 0;
+}
+
+TBM_INLINE void scan_store(struct scan_regs *r, struct tbm_stats_acc *a)
+{
+    for (unsigned i = 0; i < 2; i++) {
+        _mm512_storeu_pd(a->sum.part + 8 * i, r->sum[i]);
+        _mm512_storeu_pd(a->abs_sum.part + 8 * i, r->abs[i]);
+    }
+    a->min_key = _mm512_reduce_min_epi32(r->min);
+    a->max_key = _mm512_reduce_max_epi32(r->max);
+    a->kept += r->kept;
+    a->zeros += r->zeros;
+    a->nan += r->nan;
+    a->finite += r->finite;
+    a->inf += r->kept - r->finite - r->nan;
+}
+
+/* Bits of the kept elements that are finite, NaN and zero. */
+TBM_INLINE __mmask16 finite16(__m512i abs, __mmask16 keep)
+{
+    return _mm512_mask_cmplt_epi32_mask(keep, abs, _mm512_set1_epi32((int)TBM_F32_INF));
+}
+
+/* Order keys, as tbm_stats_key. */
+TBM_INLINE __m512i keys16(__m512i bits)
+{
+    return _mm512_xor_si512(
+        bits, _mm512_and_si512(_mm512_srai_epi32(bits, 31), _mm512_set1_epi32(INT32_MAX)));
+}
+
+TBM_INLINE void scan16(struct scan_regs *r, const float *v, uint32_t bits)
+{
+    __m512 x = _mm512_loadu_ps(v);
+    __m512i b = _mm512_castps_si512(x);
+    __m512i abs = _mm512_and_si512(b, _mm512_set1_epi32(INT32_MAX));
+    __mmask16 keep = (__mmask16)bits;
+    __mmask16 fin = finite16(abs, keep);
+    __m512i key = keys16(b);
+    /* +0.0 in the lanes of excluded elements, as the reference adds */
+    __m512 xf = _mm512_maskz_mov_ps(fin, x);
+    __m512d lo = _mm512_cvtps_pd(_mm512_castps512_ps256(xf));
+    __m512d hi = _mm512_cvtps_pd(_mm512_extractf32x8_ps(xf, 1));
+
+    r->kept += (uint64_t)_mm_popcnt_u32(keep);
+    r->finite += (uint64_t)_mm_popcnt_u32(fin);
+    r->nan += (uint64_t)_mm_popcnt_u32(
+        _mm512_mask_cmpgt_epi32_mask(keep, abs, _mm512_set1_epi32((int)TBM_F32_INF)));
+    r->zeros +=
+        (uint64_t)_mm_popcnt_u32(_mm512_mask_cmpeq_epi32_mask(keep, abs, _mm512_setzero_si512()));
+    r->min = _mm512_mask_min_epi32(r->min, fin, r->min, key);
+    r->max = _mm512_mask_max_epi32(r->max, fin, r->max, key);
+    r->sum[0] = _mm512_add_pd(r->sum[0], lo);
+    r->sum[1] = _mm512_add_pd(r->sum[1], hi);
+    r->abs[0] = _mm512_add_pd(r->abs[0], _mm512_abs_pd(lo));
+    r->abs[1] = _mm512_add_pd(r->abs[1], _mm512_abs_pd(hi));
+}
+
+/* Bin counts in registers: byte q of lane l of bytes[j] counts lane l's
+ * values in bin 4 j + q. Bytes hold 255 at most, so they are drained into
+ * counts every 255 vectors (when is immaterial: the counts are integers).
+ * Scalar increments of per-lane sub-histograms in memory took 5 times as
+ * long as the rest of pass 2. */
+#define DRAIN_VECTORS 255
+
+struct hist_regs {
+    __m512d dev[2];
+    __m512d mean, min, scale;
+    __m512i lo_key[2], hi_key[2]; /* bins 0-15 and 16-31 */
+    __m512i first;                /* the lowest estimate: the last bin when min == max */
+    __m512i bytes[TBM_STATS_BINS / 4];
+    unsigned pending; /* vectors counted in bytes */
+    uint64_t counts[TBM_STATS_BINS];
+};
+
+TBM_INLINE void drain(struct hist_regs *r)
+{
+    for (unsigned j = 0; j < TBM_STATS_BINS / 4; j++) {
+        for (unsigned q = 0; q < 4; q++)
+            r->counts[4 * j + q] += (uint64_t)_mm512_reduce_add_epi32(
+                _mm512_and_si512(_mm512_srli_epi32(r->bytes[j], 8 * q), _mm512_set1_epi32(0xFF)));
+        r->bytes[j] = _mm512_setzero_si512();
+    }
+    r->pending = 0;
+}
+
+TBM_INLINE void hist_load(struct hist_regs *r, const struct tbm_stats_hist *h)
+{
+    for (unsigned i = 0; i < 2; i++) {
+        r->dev[i] = _mm512_loadu_pd(h->dev2.part + 8 * i);
+        r->lo_key[i] = _mm512_loadu_si512(h->lo_key + 16 * i);
+        r->hi_key[i] = _mm512_loadu_si512(h->hi_key + 16 * i);
+    }
+    r->mean = _mm512_set1_pd(h->mean);
+    r->min = _mm512_set1_pd(h->min);
+    r->scale = _mm512_set1_pd(h->scale);
+    r->first = _mm512_set1_epi32(h->scale == 0.0 ? TBM_STATS_BINS - 1 : 0);
+    for (unsigned j = 0; j < TBM_STATS_BINS / 4; j++)
+        r->bytes[j] = _mm512_setzero_si512();
+    r->pending = 0;
+    memset(r->counts, 0, sizeof r->counts);
+}
+
+TBM_INLINE void hist_store(struct hist_regs *r, struct tbm_stats_hist *h)
+{
+    for (unsigned i = 0; i < 2; i++)
+        _mm512_storeu_pd(h->dev2.part + 8 * i, r->dev[i]);
+    drain(r);
+    for (unsigned b = 0; b < TBM_STATS_BINS; b++)
+        h->counts[b] += r->counts[b];
+    memset(r->counts, 0, sizeof r->counts);
+}
+
+TBM_INLINE void hist_flush(struct hist_regs *r, struct tbm_stats_hist *h)
+{
+    for (unsigned i = 0; i < 2; i++)
+        _mm512_storeu_pd(h->dev2.part + 8 * i, r->dev[i]);
+    tbm_stats_sum_flush(&h->dev2);
+    for (unsigned i = 0; i < 2; i++)
+        r->dev[i] = _mm512_loadu_pd(h->dev2.part + 8 * i);
+}
+
+/* The estimate floor((x - min) * scale) is within one bin of the true one
+ * (its rounding errors are some ulps of 32, the edges' as small), so one
+ * step down when the key is below its bin's lower edge key, or up when at
+ * or above its upper one, gives the bin tbm_stats_bin defines. */
+TBM_INLINE void hist16(struct hist_regs *r, const float *v, uint32_t bits)
+{
+    const __m512i one = _mm512_set1_epi32(1);
+    __m512 x = _mm512_loadu_ps(v);
+    __m512i b = _mm512_castps_si512(x);
+    __m512i abs = _mm512_and_si512(b, _mm512_set1_epi32(INT32_MAX));
+    __mmask16 fin = finite16(abs, (__mmask16)bits);
+    __m512i key = keys16(b);
+    __m512d lo = _mm512_cvtps_pd(_mm512_castps512_ps256(x));
+    __m512d hi = _mm512_cvtps_pd(_mm512_extractf32x8_ps(x, 1));
+    __m512d dlo = _mm512_sub_pd(lo, r->mean);
+    __m512d dhi = _mm512_sub_pd(hi, r->mean);
+    __m256i elo = _mm512_cvttpd_epi32(_mm512_mul_pd(_mm512_sub_pd(lo, r->min), r->scale));
+    __m256i ehi = _mm512_cvttpd_epi32(_mm512_mul_pd(_mm512_sub_pd(hi, r->min), r->scale));
+    __m512i est = _mm512_inserti64x4(_mm512_castsi256_si512(elo), ehi, 1);
+    __m512i bin, lower, upper, shift;
+
+    r->dev[0] = _mm512_add_pd(r->dev[0], _mm512_maskz_mul_pd((__mmask8)fin, dlo, dlo));
+    r->dev[1] = _mm512_add_pd(r->dev[1], _mm512_maskz_mul_pd((__mmask8)(fin >> 8), dhi, dhi));
+    est = _mm512_min_epi32(_mm512_max_epi32(est, r->first), _mm512_set1_epi32(TBM_STATS_BINS - 1));
+    lower = _mm512_permutex2var_epi32(r->lo_key[0], est, r->lo_key[1]);
+    upper = _mm512_permutex2var_epi32(r->hi_key[0], est, r->hi_key[1]);
+    bin = _mm512_mask_sub_epi32(est, _mm512_cmplt_epi32_mask(key, lower), est, one);
+    bin = _mm512_mask_add_epi32(bin, _mm512_cmpge_epi32_mask(key, upper), bin, one);
+    /* below bin 0 only for a value below min: tbm_stats_bin's bin 0 */
+    bin = _mm512_max_epi32(bin, _mm512_setzero_si512());
+    bin = _mm512_mask_mov_epi32(_mm512_set1_epi32(TBM_STATS_BINS), fin, bin);
+    /* 1 << (8 bin - 32 j) is the lane's byte when bin is in bytes[j]; the
+     * shift is negative (so huge) or >= 32 otherwise, and gives 0, as it does
+     * for every j with the excluded bin TBM_STATS_BINS */
+    shift = _mm512_slli_epi32(bin, 3);
+#pragma GCC unroll 8
+    for (unsigned j = 0; j < TBM_STATS_BINS / 4; j++)
+        r->bytes[j] = _mm512_add_epi32(
+            r->bytes[j],
+            _mm512_sllv_epi32(one, _mm512_sub_epi32(shift, _mm512_set1_epi32(32 * (int)j))));
+    if (++r->pending == DRAIN_VECTORS)
+        drain(r);
+}
+
+#include "stats_simd.h"
+
+void tbm_stats_scan_avx512(enum tbm_precision prec, const void *weights, const uint8_t *mask,
+                           uint32_t m, uint64_t count, struct tbm_stats_acc *a)
+{
+    stats_scan_simd(prec, weights, mask, m, count, a);
+}
+
+void tbm_stats_hist_avx512(enum tbm_precision prec, const void *weights, const uint8_t *mask,
+                           uint32_t m, uint64_t count, struct tbm_stats_hist *h)
+{
+    stats_hist_simd(prec, weights, mask, m, count, h);
+}
+
+uint64_t tbm_mask_kept_avx512(const uint8_t *mask, uint32_t m, uint64_t first, uint64_t count)
+{
+    return mask_kept_simd(mask, m, first, count);
+}

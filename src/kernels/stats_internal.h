@@ -1,0 +1,168 @@
+/* Internals of the statistics kernels: the per-level entry points and the
+ * per-element steps that define the results, shared by the portable
+ * reference and the SIMD paths' heads and tails so that both do the same
+ * operations on each lane. */
+#ifndef TBM_KERNELS_STATS_INTERNAL_H
+#define TBM_KERNELS_STATS_INTERNAL_H
+
+#include <math.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "internal.h"
+#include "tbm/stats.h"
+
+/* Elements between two compensation steps of every lane. */
+#define TBM_STATS_FLUSH ((uint64_t)TBM_STATS_LANES * TBM_STATS_BLOCK)
+
+#define TBM_F32_ABS 0x7FFFFFFFu
+#define TBM_F32_INF 0x7F800000u
+
+void tbm_stats_scan_scalar(enum tbm_precision prec, const void *weights, const uint8_t *mask,
+                           uint32_t m, uint64_t count, struct tbm_stats_acc *a);
+void tbm_stats_scan_avx2(enum tbm_precision prec, const void *weights, const uint8_t *mask,
+                         uint32_t m, uint64_t count, struct tbm_stats_acc *a);
+void tbm_stats_scan_avx512(enum tbm_precision prec, const void *weights, const uint8_t *mask,
+                           uint32_t m, uint64_t count, struct tbm_stats_acc *a);
+
+void tbm_stats_hist_scalar(enum tbm_precision prec, const void *weights, const uint8_t *mask,
+                           uint32_t m, uint64_t count, struct tbm_stats_hist *h);
+void tbm_stats_hist_avx2(enum tbm_precision prec, const void *weights, const uint8_t *mask,
+                         uint32_t m, uint64_t count, struct tbm_stats_hist *h);
+void tbm_stats_hist_avx512(enum tbm_precision prec, const void *weights, const uint8_t *mask,
+                           uint32_t m, uint64_t count, struct tbm_stats_hist *h);
+
+uint64_t tbm_mask_kept_scalar(const uint8_t *mask, uint32_t m, uint64_t first, uint64_t count);
+uint64_t tbm_mask_kept_avx2(const uint8_t *mask, uint32_t m, uint64_t first, uint64_t count);
+uint64_t tbm_mask_kept_avx512(const uint8_t *mask, uint32_t m, uint64_t first, uint64_t count);
+
+/* Knuth's TwoSum: s + x exactly as the new s plus an error added to c.
+ * Branch-free (unlike Neumaier's), so vector lanes do the same six
+ * operations; the SIMD paths call this very code for their flushes. */
+static inline void tbm_two_sum(double *s, double *c, double x)
+{
+    double t = *s + x;
+    double bp = t - *s;
+
+    *c += (*s - (t - bp)) + (x - bp);
+    *s = t;
+}
+
+/* Moves every lane's partial sum into its compensated sum. */
+static inline void tbm_stats_sum_flush(struct tbm_stats_sum *s)
+{
+    for (unsigned l = 0; l < TBM_STATS_LANES; l++) {
+        tbm_two_sum(&s->hi[l], &s->lo[l], s->part[l]);
+        s->part[l] = 0.0;
+    }
+}
+
+/* The lanes combined in lane order: the sum's one value. */
+static inline double tbm_stats_sum_total(const struct tbm_stats_sum *sum)
+{
+    struct tbm_stats_sum s = *sum;
+    double hi = 0.0, lo = 0.0;
+
+    tbm_stats_sum_flush(&s);
+    for (unsigned l = 0; l < TBM_STATS_LANES; l++) {
+        tbm_two_sum(&hi, &lo, s.hi[l]);
+        lo += s.lo[l];
+    }
+    return hi + lo;
+}
+
+static inline float tbm_bits_float(uint32_t bits)
+{
+    float f;
+
+    memcpy(&f, &bits, sizeof f);
+    return f;
+}
+
+/* Pass 1 on one element of float32 bits bits, keep 0 or 1. An excluded
+ * element adds +0.0 to its lane, as a vector lane does. */
+static inline void tbm_stats_scan_one(struct tbm_stats_acc *a, uint32_t bits, uint32_t keep)
+{
+    uint32_t abs = bits & TBM_F32_ABS;
+    bool fin = keep && abs < TBM_F32_INF;
+    unsigned lane = (unsigned)(a->seen % TBM_STATS_LANES);
+    double x = fin ? (double)tbm_bits_float(bits) : 0.0;
+
+    a->kept += keep;
+    a->zeros += keep && abs == 0;
+    a->nan += keep && abs > TBM_F32_INF;
+    a->inf += keep && abs == TBM_F32_INF;
+    a->finite += fin;
+    if (fin) {
+        int32_t key = tbm_stats_key(bits);
+
+        a->min_key = key < a->min_key ? key : a->min_key;
+        a->max_key = key > a->max_key ? key : a->max_key;
+    }
+    a->sum.part[lane] += x;
+    a->abs_sum.part[lane] += fabs(x);
+    if (++a->seen % TBM_STATS_FLUSH == 0) {
+        tbm_stats_sum_flush(&a->sum);
+        tbm_stats_sum_flush(&a->abs_sum);
+    }
+}
+
+/* The bin of a finite value by its definition: the last edge it is at or
+ * above (a value below the first, which a scan of other data could give,
+ * goes to bin 0). The SIMD paths compute it another way. */
+static inline unsigned tbm_stats_bin(const struct tbm_stats_hist *h, int32_t key)
+{
+    unsigned bin = TBM_STATS_BINS - 1;
+
+    while (bin > 0 && key < h->lo_key[bin])
+        bin--;
+    return bin;
+}
+
+/* Pass 2 on one element. */
+static inline void tbm_stats_hist_one(struct tbm_stats_hist *h, uint32_t bits, uint32_t keep)
+{
+    uint32_t abs = bits & TBM_F32_ABS;
+    bool fin = keep && abs < TBM_F32_INF;
+    unsigned lane = (unsigned)(h->seen % TBM_STATS_LANES);
+    double d = (double)tbm_bits_float(bits) - h->mean;
+
+    if (fin)
+        h->counts[tbm_stats_bin(h, tbm_stats_key(bits))]++;
+    h->dev2.part[lane] += fin ? d * d : 0.0;
+    if (++h->seen % TBM_STATS_FLUSH == 0)
+        tbm_stats_sum_flush(&h->dev2);
+}
+
+/* tbm_mask_kept (mask not NULL). With blocks, the common m take their
+ * 64-element blocks' bits straight from the mask words. */
+static inline uint64_t tbm_mask_kept_range(const uint8_t *mask, uint32_t m, uint64_t first,
+                                           uint64_t count, bool blocks)
+{
+    uint32_t word_bytes = tbm_mask_word_bytes(m);
+    uint32_t valid = tbm_mask_valid_bits(m);
+    uint32_t j = (uint32_t)(first % m);
+    uint64_t total = 0;
+
+    if (j != 0 && count != 0) {
+        uint32_t len = count < m - j ? (uint32_t)count : m - j;
+
+        total += (uint64_t)__builtin_popcount((tbm_mask_word(mask, word_bytes) & valid) >> j &
+                                              tbm_mask_valid_bits(len));
+        mask += word_bytes;
+        count -= len;
+    }
+    if (blocks && tbm_mask_blocks(m)) {
+        for (; count >= 64; count -= 64, mask += tbm_mask_block_bytes(m))
+            total += (uint64_t)__builtin_popcountll(tbm_mask_block_bits(m, mask));
+    }
+    for (; count >= m; count -= m, mask += word_bytes)
+        total += (uint64_t)__builtin_popcount(tbm_mask_word(mask, word_bytes) & valid);
+    if (count != 0)
+        total += (uint64_t)__builtin_popcount(tbm_mask_word(mask, word_bytes) &
+                                              tbm_mask_valid_bits((uint32_t)count));
+    return total;
+}
+
+#endif
