@@ -93,6 +93,16 @@ int tbm_view_read(const struct tbm_views *views, const struct tbm_view *view, si
 int tbm_view_render(const struct tbm_views *views, const struct tbm_view *view, size_t t,
                     char **out, size_t *len);
 
+/* The content of a rendered view for one open, immutable and
+ * reference-counted: views rendered once per mount (self-tests, statistics,
+ * pictures) hand every open the same result, rendered on the first; others
+ * are rendered for this open. Drop it with tbm_result_put. */
+struct tbm_result;
+int tbm_view_open_result(const struct tbm_views *views, const struct tbm_view *view, size_t t,
+                         struct tbm_result **out);
+const char *tbm_result_data(const struct tbm_result *result, size_t *len);
+void tbm_result_put(struct tbm_result *result);
+
 /* Where bytes of a view lie in the source, for views that can be bytes of it
  * as stored: raw.tb, weights.bin, mask.bin, and the dense views of unmasked
  * float32 tensors past the .npy header. */

@@ -347,13 +347,6 @@ static void op_readdirplus(fuse_req_t req, fuse_ino_t ino, size_t size, off_t of
     reply_dir(req, ino, size, off, true);
 }
 
-/* A rendered view's content, taken once at open so that every read of that
- * open file sees the same bytes and nothing is rendered per read. */
-struct snapshot {
-    char *data;
-    size_t len;
-};
-
 int tbm_fs_thread(pthread_t *thread, void *(*fn)(void *), void *arg)
 {
     sigset_t all, old;
@@ -365,13 +358,12 @@ int tbm_fs_thread(pthread_t *thread, void *(*fn)(void *), void *arg)
     return r;
 }
 
-void tbm_fs_open_snapshot(const struct tbm_fs *fs, fuse_req_t req, struct fuse_file_info *fi,
-                          const struct tbm_view *view, size_t t)
+void tbm_fs_open_result(const struct tbm_fs *fs, fuse_req_t req, struct fuse_file_info *fi,
+                        const struct tbm_view *view, size_t t)
 {
-    struct snapshot *s = calloc(1, sizeof(*s));
-    int r = s ? tbm_view_render(fs->views, view, t, &s->data, &s->len) : TBM_ERR_NOMEM;
+    struct tbm_result *s;
+    int r = tbm_view_open_result(fs->views, view, t, &s);
     if (r < 0) {
-        free(s);
         fuse_reply_err(req, status_errno(r));
         return;
     }
@@ -379,11 +371,9 @@ void tbm_fs_open_snapshot(const struct tbm_fs *fs, fuse_req_t req, struct fuse_f
     fi->direct_io = tbm_view_unsized(view);
     fi->keep_cache = !fi->direct_io;
     fi->fh = (uint64_t)(uintptr_t)s;
-    /* Unanswered (the opener is gone), the open gets no release to free s. */
-    if (fuse_reply_open(req, fi) != 0) {
-        free(s->data);
-        free(s);
-    }
+    /* Unanswered (the opener is gone), the open gets no release to drop s. */
+    if (fuse_reply_open(req, fi) != 0)
+        tbm_result_put(s);
 }
 
 static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
@@ -416,18 +406,13 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
     if (tbm_view_slow(n.view) && fs->deferred &&
         tbm_deferred_push(fs->deferred, req, fi, n.view, t))
         return;
-    tbm_fs_open_snapshot(fs, req, fi, n.view, t);
+    tbm_fs_open_result(fs, req, fi, n.view, t);
 }
 
 static void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
-    struct snapshot *s = (struct snapshot *)(uintptr_t)fi->fh;
-
     (void)ino;
-    if (s) {
-        free(s->data);
-        free(s);
-    }
+    tbm_result_put((struct tbm_result *)(uintptr_t)fi->fh);
     fuse_reply_err(req, 0);
 }
 
@@ -479,19 +464,22 @@ static void reply_source(fuse_req_t req, const struct tbm_source_range *src)
     fuse_reply_data(req, &bv, 0);
 }
 
-/* A snapshot is copied out too: the reader may close the file, and its
- * release free the snapshot, the moment our reply reaches the kernel. */
-static void read_snapshot(fuse_req_t req, const struct snapshot *s, size_t size, off_t off)
+/* A rendered view's content is copied out too: the reader may close the
+ * file, and its release drop the result, the moment our reply reaches the
+ * kernel. */
+static void read_result(fuse_req_t req, const struct tbm_result *s, size_t size, off_t off)
 {
     char *buf = thread_buf(size);
+    size_t len;
+    const char *data = tbm_result_data(s, &len);
 
     if (!buf) {
         fuse_reply_err(req, ENOMEM);
         return;
     }
-    size_t start = (uint64_t)off < s->len ? (size_t)off : s->len;
-    size_t got = s->len - start < size ? s->len - start : size;
-    memcpy(buf, s->data + start, got);
+    size_t start = (uint64_t)off < len ? (size_t)off : len;
+    size_t got = len - start < size ? len - start : size;
+    memcpy(buf, data + start, got);
     fuse_reply_buf(req, buf, got);
 }
 
@@ -532,10 +520,10 @@ static void read_view(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off)
 static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
                     struct fuse_file_info *fi)
 {
-    const struct snapshot *s = (const struct snapshot *)(uintptr_t)fi->fh;
+    const struct tbm_result *s = (const struct tbm_result *)(uintptr_t)fi->fh;
 
     if (s)
-        read_snapshot(req, s, size, off);
+        read_result(req, s, size, off);
     else
         read_view(req, ino, size, off);
 }

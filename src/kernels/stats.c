@@ -20,10 +20,9 @@ void tbm_stats_init(struct tbm_stats_acc *a)
  * plainly from its group's word (as tbm_expand_scalar does). */
 static uint32_t kept_bit(const uint8_t *mask, uint32_t m, uint64_t i)
 {
-    uint32_t j = (uint32_t)(i % m);
-
     if (mask == NULL)
         return 1;
+    uint32_t j = (uint32_t)(i % m);
     return mask[i / m * tbm_mask_word_bytes(m) + j / 8] >> (j % 8) & 1;
 }
 

@@ -9,6 +9,7 @@
 #include "tbm/view.h"
 
 struct tbm_selftests; /* the self-tests' lock and stop flag (selftest.c) */
+struct tbm_results;   /* results rendered once and shared (results.c) */
 
 struct tbm_views {
     const struct tbm_model *model;
@@ -19,6 +20,7 @@ struct tbm_views {
      * plus one, once known (0: not yet): stat must not render it each time */
     _Atomic uint64_t *rendered_sizes;
     struct tbm_selftests *selftests;
+    struct tbm_results *results;
 };
 
 /* How a row's bytes come. */
@@ -52,7 +54,10 @@ struct tbm_view {
     /* NULL: a source view is servable when its region is sound, any other
      * view always */
     bool (*servable)(const struct tbm_views *v, size_t t);
-    bool slow; /* rendering can take seconds */
+    bool slow;      /* rendering can take seconds */
+    bool shared;    /* rendered once per mount, every open reading that result */
+    bool evictable; /* shared, and rendering again gives the same bytes: may be
+                     * dropped when the cache is full */
 };
 
 /* Copies the part of [src, src + srclen) at off into buf. */
@@ -87,6 +92,26 @@ const struct tbm_region *tbm_npy_region(const struct tbm_views *v, size_t t, uin
 int tbm_npy_size(const struct tbm_views *v, size_t t, uint64_t *size);
 int tbm_npy_read(const struct tbm_views *v, size_t t, char *buf, uint64_t off, size_t len,
                  size_t *got);
+
+/* results.c: the cache of shared results */
+int tbm_results_init(struct tbm_views *v);
+void tbm_results_free(struct tbm_views *v);
+/* A reference to row's result for tensor t: the cached one, or rendered
+ * now (once, however many ask at the same time). */
+int tbm_results_get(const struct tbm_views *v, const struct tbm_view *row, size_t t,
+                    struct tbm_result **out);
+/* A result holding a copy of len bytes of data, one reference. */
+struct tbm_result *tbm_result_new(const char *data, size_t len);
+
+/* inspect.c: stats.json, mask.png, weights.png */
+/* The matrix view of the contract: shape[0] rows when the shape has two or
+ * more dimensions and describes num_weights, else one row. */
+void tbm_matrix_dims(const struct tbm_tensor *t, uint64_t *rows, uint64_t *cols);
+int tbm_stats_json_size(const struct tbm_views *v, size_t t, uint64_t *size);
+int tbm_stats_json_render(const struct tbm_views *v, size_t t, char **out, size_t *len);
+int tbm_png_view_size(const struct tbm_views *v, size_t t, uint64_t *size);
+int tbm_mask_png_render(const struct tbm_views *v, size_t t, char **out, size_t *len);
+int tbm_weights_png_render(const struct tbm_views *v, size_t t, char **out, size_t *len);
 
 /* selftest.c: a tensor's selftest and the root report */
 int tbm_selftests_init(struct tbm_views *v);

@@ -64,16 +64,6 @@ struct result {
     char error[256];
 };
 
-/* The matrix view of the contract: shape[0] rows when the shape has two or
- * more dimensions and describes num_weights, else one row. */
-static void matrix_dims(const struct tbm_tensor *t, uint64_t *rows, uint64_t *cols)
-{
-    uint64_t nw = t->hdr.num_weights;
-
-    *rows = t->shape_matches && t->ndim > 1 && t->shape[0] > 0 ? t->shape[0] : 1;
-    *cols = nw / *rows;
-}
-
 static double now(void)
 {
     struct timespec ts;
@@ -226,7 +216,7 @@ static int selftest_tensor(const struct tbm_views *v, const struct tbm_tensor *t
         snprintf(res->error, sizeof(res->error), "tensor has problems: %s", t->problems.items[0]);
         return 0;
     }
-    matrix_dims(t, &res->rows, &res->cols);
+    tbm_matrix_dims(t, &res->rows, &res->cols);
     if (res->batch > TBM_BATCH_DEFAULT)
         budget = budget * TBM_BATCH_DEFAULT / res->batch;
     if (t->hdr.nm_m == 0) {

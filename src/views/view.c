@@ -30,6 +30,7 @@ static const struct tbm_view table[] = {
         .sizing = TBM_SIZE_UNKNOWN,
         .render = tbm_selftest_report_render,
         .slow = true,
+        .shared = true,
     },
     {
         .name = "raw.tb",
@@ -81,6 +82,40 @@ static const struct tbm_view table[] = {
         .sizing = TBM_SIZE_UNKNOWN,
         .render = tbm_selftest_render,
         .slow = true,
+        .shared = true,
+    },
+    {
+        .name = "stats.json",
+        .place = TBM_VIEW_TENSOR,
+        .bytes = TBM_BYTES_RENDERED,
+        .size = tbm_stats_json_size,
+        .render = tbm_stats_json_render,
+        .servable = tbm_dense_servable,
+        .slow = true,
+        .shared = true,
+        .evictable = true,
+    },
+    {
+        .name = "mask.png",
+        .place = TBM_VIEW_TENSOR,
+        .bytes = TBM_BYTES_RENDERED,
+        .size = tbm_png_view_size,
+        .render = tbm_mask_png_render,
+        .servable = tbm_dense_servable,
+        .slow = true,
+        .shared = true,
+        .evictable = true,
+    },
+    {
+        .name = "weights.png",
+        .place = TBM_VIEW_TENSOR,
+        .bytes = TBM_BYTES_RENDERED,
+        .size = tbm_png_view_size,
+        .render = tbm_weights_png_render,
+        .servable = tbm_dense_servable,
+        .slow = true,
+        .shared = true,
+        .evictable = true,
     },
 };
 
@@ -100,7 +135,7 @@ int tbm_views_open(const struct tbm_model *model, const struct tbm_view_options 
     v->model = model;
     v->batch = batch;
     v->rendered_sizes = calloc(model->ntensors ? model->ntensors : 1, sizeof(*v->rendered_sizes));
-    if (!v->rendered_sizes || (r = tbm_selftests_init(v)) < 0 ||
+    if (!v->rendered_sizes || (r = tbm_selftests_init(v)) < 0 || (r = tbm_results_init(v)) < 0 ||
         (r = tbm_model_json_render(v, &v->model_json, &v->model_json_len)) < 0)
         goto out_err;
     *out = v;
@@ -115,6 +150,7 @@ void tbm_views_close(struct tbm_views *v)
 {
     if (!v)
         return;
+    tbm_results_free(v);
     tbm_selftests_free(v);
     free(v->rendered_sizes);
     free(v->model_json);
@@ -205,10 +241,40 @@ bool tbm_view_servable(const struct tbm_views *v, const struct tbm_view *view, s
     return v->model->tensors[t].header_sound && region_of(v, view, t, &skip)->ok;
 }
 
+int tbm_view_open_result(const struct tbm_views *v, const struct tbm_view *view, size_t t,
+                         struct tbm_result **out)
+{
+    char *doc;
+    size_t len;
+
+    *out = NULL;
+    if (view->shared)
+        return tbm_results_get(v, view, t, out);
+    int r = view->render(v, t, &doc, &len);
+    if (r < 0)
+        return r;
+    *out = tbm_result_new(doc, len);
+    free(doc);
+    return *out ? 0 : TBM_ERR_NOMEM;
+}
+
 int tbm_view_render(const struct tbm_views *v, const struct tbm_view *view, size_t t, char **out,
                     size_t *len)
 {
-    return view->render(v, t, out, len);
+    struct tbm_result *res;
+    const char *data;
+
+    if (!view->shared)
+        return view->render(v, t, out, len);
+    int r = tbm_results_get(v, view, t, &res);
+    if (r < 0)
+        return r;
+    data = tbm_result_data(res, len);
+    *out = malloc(*len ? *len : 1);
+    if (*out)
+        memcpy(*out, data, *len);
+    tbm_result_put(res);
+    return *out ? 0 : TBM_ERR_NOMEM;
 }
 
 static int rendered_size(const struct tbm_views *v, const struct tbm_view *view, size_t t,
@@ -282,7 +348,7 @@ int tbm_view_read(const struct tbm_views *v, const struct tbm_view *view, size_t
         return view->read(v, t, buf, off, len, got);
     if (view->bytes == TBM_BYTES_SOURCE)
         return read_region(&v->model->tensors[t], region_of(v, view, t, &skip), buf, off, len, got);
-    int r = view->render(v, t, &doc, &doclen);
+    int r = tbm_view_render(v, view, t, &doc, &doclen);
     if (r < 0)
         return r;
     tbm_copy_range(buf, off, len, doc, doclen, got);

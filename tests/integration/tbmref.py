@@ -12,7 +12,7 @@ ELEM_SIZE = {0: 4, 1: 2, 2: 2, 3: 8}
 DTYPE_NAMES = {0: "fp32", 1: "fp16", 2: "bf16", 3: "fp64"}
 BITS = {0: np.dtype("<u4"), 1: np.dtype("<u2"), 2: np.dtype("<u2"), 3: np.dtype("<u8")}
 TENSOR_FILES = {"raw.tb", "header.json", "weights.bin", "mask.bin", "dense.f32", "dense.npy",
-                "selftest"}
+                "selftest", "stats.json", "mask.png", "weights.png"}
 ROOT_FILES = {"index.json", "model.json", "selftest", "tensors"}
 
 

@@ -1,0 +1,216 @@
+/* Rendered content shared by every open: a view whose rows say so (the
+ * self-tests, the statistics, the pictures) is rendered once per mount, when
+ * first opened, and every later open, and every open that waited for that
+ * run, reads the same immutable bytes, held once however many descriptors
+ * are open. A reader can thus neither make the daemon compute a result
+ * twice nor multiply the memory it holds. */
+#include "internal.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct tbm_result {
+    atomic_size_t refs;
+    size_t len;
+    char data[];
+};
+
+/* One cached result: its key, whether it is being rendered, and its place
+ * in the eviction order of the results that may be rendered again. */
+struct entry {
+    const struct tbm_view *row;
+    size_t t;
+    bool running;
+    struct tbm_result *result; /* NULL while running */
+    struct entry *next;        /* hash chain */
+    struct entry *older, *newer;
+};
+
+#define BUCKETS 4096
+
+struct tbm_results {
+    pthread_mutex_t lock;
+    pthread_cond_t done;
+    struct entry *buckets[BUCKETS];
+    struct entry *oldest, *newest; /* evictable results, least recently opened first */
+    size_t evictable_bytes;
+};
+
+/* Results that can be rendered again with the same bytes (statistics and
+ * pictures, not the self-tests, whose timings would differ) are kept up to
+ * this many bytes; past it the least recently opened go, and are rendered
+ * again when next opened. 100,000 tensors' stats.json fit several times. */
+#define EVICTABLE_BUDGET (256u << 20)
+
+struct tbm_result *tbm_result_new(const char *data, size_t len)
+{
+    struct tbm_result *r = malloc(sizeof(*r) + (len ? len : 1));
+
+    if (!r)
+        return NULL;
+    atomic_init(&r->refs, 1);
+    r->len = len;
+    memcpy(r->data, data, len);
+    return r;
+}
+
+const char *tbm_result_data(const struct tbm_result *r, size_t *len)
+{
+    *len = r->len;
+    return r->data;
+}
+
+void tbm_result_put(struct tbm_result *r)
+{
+    if (r && atomic_fetch_sub(&r->refs, 1) == 1)
+        free(r);
+}
+
+static struct tbm_result *take(struct tbm_result *r)
+{
+    atomic_fetch_add(&r->refs, 1);
+    return r;
+}
+
+int tbm_results_init(struct tbm_views *v)
+{
+    v->results = calloc(1, sizeof(*v->results));
+    if (!v->results)
+        return TBM_ERR_NOMEM;
+    pthread_mutex_init(&v->results->lock, NULL);
+    pthread_cond_init(&v->results->done, NULL);
+    return 0;
+}
+
+void tbm_results_free(struct tbm_views *v)
+{
+    struct tbm_results *c = v->results;
+
+    if (!c)
+        return;
+    for (size_t b = 0; b < BUCKETS; b++) {
+        for (struct entry *e = c->buckets[b], *next; e; e = next) {
+            next = e->next;
+            tbm_result_put(e->result);
+            free(e);
+        }
+    }
+    pthread_cond_destroy(&c->done);
+    pthread_mutex_destroy(&c->lock);
+    free(c);
+}
+
+static size_t bucket(const struct tbm_view *row, size_t t)
+{
+    return ((uintptr_t)row / sizeof(void *) * 31 + t * 0x9E3779B97F4A7C15ull) % BUCKETS;
+}
+
+static struct entry **find(struct tbm_results *c, const struct tbm_view *row, size_t t)
+{
+    struct entry **p = &c->buckets[bucket(row, t)];
+
+    while (*p && ((*p)->row != row || (*p)->t != t))
+        p = &(*p)->next;
+    return p;
+}
+
+static void unlink_lru(struct tbm_results *c, struct entry *e)
+{
+    if (e->older)
+        e->older->newer = e->newer;
+    else if (c->oldest == e)
+        c->oldest = e->newer;
+    if (e->newer)
+        e->newer->older = e->older;
+    else if (c->newest == e)
+        c->newest = e->older;
+    e->older = e->newer = NULL;
+}
+
+static void push_lru(struct tbm_results *c, struct entry *e)
+{
+    e->older = c->newest;
+    if (c->newest)
+        c->newest->newer = e;
+    c->newest = e;
+    if (!c->oldest)
+        c->oldest = e;
+}
+
+/* Drops the cache's hold on the least recently opened results until the
+ * evictable ones fit the budget; an open that still reads one keeps it. */
+static void evict(struct tbm_results *c)
+{
+    while (c->evictable_bytes > EVICTABLE_BUDGET && c->oldest && c->oldest != c->newest) {
+        struct entry *e = c->oldest;
+        unlink_lru(c, e);
+        *find(c, e->row, e->t) = e->next;
+        c->evictable_bytes -= e->result->len;
+        tbm_result_put(e->result);
+        free(e);
+    }
+}
+
+int tbm_results_get(const struct tbm_views *v, const struct tbm_view *row, size_t t,
+                    struct tbm_result **out)
+{
+    struct tbm_results *c = v->results;
+    struct entry *e;
+    char *doc;
+    size_t len;
+    int r;
+
+    pthread_mutex_lock(&c->lock);
+    for (;;) {
+        e = *find(c, row, t);
+        if (!e || !e->running)
+            break;
+        pthread_cond_wait(&c->done, &c->lock);
+    }
+    if (e) {
+        *out = take(e->result);
+        if (row->evictable) {
+            unlink_lru(c, e);
+            push_lru(c, e);
+        }
+        pthread_mutex_unlock(&c->lock);
+        return 0;
+    }
+    e = calloc(1, sizeof(*e));
+    if (!e) {
+        pthread_mutex_unlock(&c->lock);
+        return TBM_ERR_NOMEM;
+    }
+    *e = (struct entry){.row = row, .t = t, .running = true};
+    struct entry **slot = find(c, row, t);
+    *slot = e;
+    pthread_mutex_unlock(&c->lock);
+
+    r = row->render(v, t, &doc, &len);
+    struct tbm_result *res = r < 0 ? NULL : tbm_result_new(doc, len);
+    if (r == 0)
+        free(doc);
+    if (r == 0 && !res)
+        r = TBM_ERR_NOMEM;
+
+    pthread_mutex_lock(&c->lock);
+    if (r < 0) {
+        /* not cached: a later open tries again (a source read may succeed
+         * then, a stopping daemon's report is not the report) */
+        *find(c, row, t) = e->next;
+        free(e);
+    } else {
+        e->running = false;
+        e->result = res;
+        *out = take(res);
+        if (row->evictable) {
+            push_lru(c, e);
+            c->evictable_bytes += res->len;
+            evict(c);
+        }
+    }
+    pthread_cond_broadcast(&c->done);
+    pthread_mutex_unlock(&c->lock);
+    return r;
+}
