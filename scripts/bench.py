@@ -481,7 +481,7 @@ def main():
     finally:
         for m in list(OWNER.mounts):
             m.stop()
-        if OWNER.mounts or any(line.split()[1].startswith(work + "/") for line in open("/proc/mounts")):
+        if OWNER.mounts or any(line.split()[1].startswith(work + "/") for line in open("/proc/mounts", errors="surrogateescape")):
             print("STILL MOUNTED under %s; kept" % work)
         else:
             subprocess.run(["rm", "-rf", work])

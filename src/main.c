@@ -14,6 +14,7 @@
 
 #include "fuse/fs.h"
 #include "tbm/model.h"
+#include "tbm/names.h"
 #include "tbm/view.h"
 
 struct cli {
@@ -133,14 +134,16 @@ static size_t print_messages(const char *source, const struct tbm_model *m, size
     return n;
 }
 
-static int run_check(const char *source, enum tbm_isa isa)
+static int run_check(const char *given, enum tbm_isa isa)
 {
     struct tbm_open_options opts = {.isa = isa};
     struct tbm_model *m;
-    char err[1024];
+    char err[1024], source[4096];
     size_t warnings = 0;
 
-    if (tbm_model_open(source, &opts, &m, err, sizeof(err)) < 0) {
+    /* every line printed is UTF-8, whatever bytes the path holds */
+    tbm_text_clean(source, sizeof(source), given, strlen(given));
+    if (tbm_model_open(given, &opts, &m, err, sizeof(err)) < 0) {
         fprintf(stderr, "tbmfs: %s\n", err);
         return 2;
     }
@@ -159,9 +162,12 @@ static int run_check(const char *source, enum tbm_isa isa)
 /* fsname shows in /proc/mounts; commas and backslashes would split or
  * escape the -o list, so they are escaped. max_read is a mount option that
  * libfuse also wants from init(), so it is always given. */
-static int add_mount_options(struct fuse_args *args, const char *path, unsigned max_read)
+static int add_mount_options(struct fuse_args *args, const char *raw, unsigned max_read)
 {
-    size_t len = strlen(path);
+    char path[4096];
+    /* tools read /proc/mounts as text: the path's bytes that are not UTF-8
+     * are shown %XX */
+    size_t len = tbm_text_clean(path, sizeof(path), raw, strlen(raw));
     char *opt = malloc(len * 2 + 96);
 
     if (!opt)

@@ -2,6 +2,8 @@
  * index.json synthesized from the header. */
 #include "internal.h"
 
+#include "tbm/names.h"
+
 #include <stdlib.h>
 #include <string.h>
 
@@ -69,8 +71,12 @@ int tbm_bare_open(struct tbm_opener *o)
     o->m->ntensors = 1;
     t = &o->m->tensors[0];
     t->src = o->m->src;
-    t->name_len = strlen(base) - 3;
-    t->name = strndup(base, t->name_len);
+    /* The name is the file's, whose bytes need not be UTF-8: it is shown
+     * in JSON, so what is not UTF-8 is %XX-escaped. */
+    size_t blen = strlen(base) - 3;
+    t->name = malloc(blen * 3 + 4);
+    if (t->name)
+        t->name_len = tbm_text_clean(t->name, blen * 3 + 4, base, blen);
     uint64_t size = o->m->src->id.size;
     int r = t->name ? tbm_blob_validate(t, size, &rd) : TBM_ERR_NOMEM;
     tbm_reader_free(&rd);

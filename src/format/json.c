@@ -2,6 +2,8 @@
  * UTF-8 validation, every value's type checked before it is used. */
 #include "internal.h"
 
+#include "tbm/names.h"
+
 #include <assert.h>
 #include <math.h>
 #include <stdarg.h>
@@ -13,26 +15,16 @@
 #define MESSAGE_MAX 1024
 
 /* Messages quote names and paths from the file, and every output that shows
- * them is one line per message: control bytes are written %XX, as in
- * directory names, so that no file can forge a line of a report. */
+ * them is one line per message of valid UTF-8: control bytes and bytes that
+ * are not UTF-8 are written %XX, as in directory names, so that no file can
+ * forge a line of a report or make a JSON file undecodable; a long message
+ * is cut between characters. */
 static char *clean_message(const char *raw)
 {
-    size_t len = strlen(raw);
-    char *out = malloc((len < MESSAGE_MAX ? len : MESSAGE_MAX) * 3 + 4);
-    size_t o = 0;
+    char *out = malloc(MESSAGE_MAX + 1);
 
-    if (!out)
-        return NULL;
-    for (size_t i = 0; i < len && i < MESSAGE_MAX; i++) {
-        unsigned char c = (unsigned char)raw[i];
-        if (c < 0x20 || c == 0x7f)
-            o += (size_t)sprintf(out + o, "%%%02X", c);
-        else
-            out[o++] = (char)c;
-    }
-    if (len > MESSAGE_MAX)
-        o += (size_t)sprintf(out + o, "...");
-    out[o] = '\0';
+    if (out)
+        tbm_text_clean(out, MESSAGE_MAX + 1, raw, strlen(raw));
     return out;
 }
 

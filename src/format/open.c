@@ -3,6 +3,8 @@
  * overlaps, statistics), and the accessors of the finished table. */
 #include "internal.h"
 
+#include "tbm/names.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <stdarg.h>
@@ -22,6 +24,18 @@ int tbm_open_fail(struct tbm_opener *o, int status, const char *fmt, ...)
         vsnprintf(o->err + n, o->errlen - (size_t)n, fmt, ap);
     va_end(ap);
     return status;
+}
+
+/* The line may quote the path and bytes of the file: it is made valid UTF-8. */
+static void clean_error(char *err, size_t errlen)
+{
+    char raw[4096];
+    size_t len = strnlen(err, errlen);
+
+    if (len >= sizeof(raw) || errlen < 4)
+        return;
+    memcpy(raw, err, len);
+    tbm_text_clean(err, errlen, raw, len);
 }
 
 static bool ends_with(const char *s, const char *suffix)
@@ -122,6 +136,7 @@ out_err:
     json_object_put(o.root);
     tbm_json_split_free(&o.split);
     tbm_model_close(m);
+    clean_error(err, errlen);
     return r;
 }
 

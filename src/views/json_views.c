@@ -2,6 +2,8 @@
  * rendered once) and each tensor's header.json (rendered from the table). */
 #include "internal.h"
 
+#include "tbm/names.h"
+
 #include <json-c/json.h>
 #include <json-c/printbuf.h>
 #include <stdio.h>
@@ -152,7 +154,9 @@ int tbm_model_json_render(const struct tbm_views *v, char **out, size_t *len)
         warned += t->warnings.count > 0;
     }
     json_object_object_add(o, "format", json_object_new_string(formats[m->kind]));
-    json_object_object_add(o, "source", json_object_new_string(m->path));
+    char source[4096];
+    tbm_text_clean(source, sizeof(source), m->path, strlen(m->path));
+    json_object_object_add(o, "source", json_object_new_string(source));
     json_object_object_add(o, "architecture",
                            m->architecture ? json_object_new_string(m->architecture) : NULL);
     json_object_object_add(o, "config", json_object_get(m->config));

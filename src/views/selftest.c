@@ -3,6 +3,8 @@
  * compared and timed. Content is produced when the file is opened. */
 #include "internal.h"
 
+#include "tbm/names.h"
+
 #include <cblas.h>
 #include <float.h>
 #include <json-c/json.h>
@@ -213,7 +215,12 @@ static int selftest_tensor(const struct tbm_views *v, const struct tbm_tensor *t
     memset(res, 0, sizeof(*res));
     res->batch = v->batch;
     if (t->problems.count > 0) {
-        snprintf(res->error, sizeof(res->error), "tensor has problems: %s", t->problems.items[0]);
+        /* the problem is valid UTF-8 already; the cut keeps it so */
+        char line[2048];
+        int n = snprintf(line, sizeof(line), "tensor has problems: %s", t->problems.items[0]);
+        size_t cut = tbm_utf8_cut(line, n < 0 ? 0 : (size_t)n, sizeof(res->error) - 1);
+        memcpy(res->error, line, cut);
+        res->error[cut] = '\0';
         return 0;
     }
     tbm_matrix_dims(t, &res->rows, &res->cols);

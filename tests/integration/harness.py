@@ -64,8 +64,9 @@ def eq(got, want, what):
 
 def mounted(path):
     """Whether path is a mount point in /proc/mounts."""
-    with open("/proc/mounts") as f:
-        return any(line.split()[1] == path for line in f)
+    # bytes: a source's name need not be UTF-8, and it is the first field
+    with open("/proc/mounts", "rb") as f:
+        return any(line.split()[1] == os.fsencode(path) for line in f)
 
 
 def read_all(path):
@@ -330,7 +331,7 @@ class Suite:
     def finish(self):
         for m in list(self.mounts):
             m.stop()
-        with open("/proc/mounts") as f:
+        with open("/proc/mounts", errors="surrogateescape") as f:
             left = [line.split()[1] for line in f if line.split()[1].startswith(self.tmp + "/")]
         if left:
             self.failed += 1

@@ -114,7 +114,7 @@ def options(suite, src, cont):
 
 
 def mount_options(path):
-    with open("/proc/mounts") as f:
+    with open("/proc/mounts", errors="surrogateescape") as f:
         for line in f:
             fields = line.split()
             if fields[1] == path:

@@ -95,7 +95,7 @@ def remount_rw(m):
     p = subprocess.run(["mount", "-i", "-o", "remount,rw", m.path], capture_output=True,
                        timeout=CMD_TIMEOUT)
     eq(p.returncode, 0, "mount -o remount,rw exit code (%s)" % p.stderr.decode().strip())
-    with open("/proc/self/mountinfo") as f:
+    with open("/proc/self/mountinfo", errors="surrogateescape") as f:
         opts = [line.split()[5] for line in f if line.split()[4] == m.path]
     eq(opts[-1].split(",")[0], "rw", "mount flags after remount")
 
