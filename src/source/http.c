@@ -1,0 +1,519 @@
+/* The HTTP(S) source: a .tbm container on a web server, read with range
+ * requests through libcurl, its tail at open and the rest in blocks of the
+ * cache; every response is checked against the file as it was at open. */
+#include <curl/curl.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <time.h>
+
+#include "cache.h"
+#include "tbm/source.h"
+
+/* The first request asks for this much of the end: the index length, and
+ * the whole index of a model of a few hundred tensors, in one answer. */
+#define TAIL_SIZE (64u << 10)
+#define TRIES     3
+/* Transfer threads, each with its own connection: enough to keep a
+ * loopback or LAN server busy while readers copy. */
+#define WORKERS 4
+/* libcurl hands the body over in pieces of at most this: fewer, larger
+ * copies into a block. */
+#define CURL_BUFFER (512L << 10)
+
+/* What identifies the file in one response. */
+struct validators {
+    uint64_t size; /* the total of Content-Range */
+    bool has_size;
+    char etag[128];
+    char last_modified[64];
+};
+
+struct http {
+    struct tbm_source src; /* first: the ops are given &src */
+    struct curl_slist *headers;
+    long timeout;
+    struct validators mount;
+    pthread_mutex_t lock; /* latest and changed */
+    struct validators latest;
+    bool changed;
+    struct tbm_cache *cache;
+    unsigned char *tail; /* the bytes of the first answer, from tail_off to the end */
+    uint64_t tail_off;
+    size_t tail_len;
+};
+
+/* One request's answer, as the callbacks see it; after redirects, the last. */
+struct response {
+    CURL *easy;
+    unsigned char *buf;
+    size_t cap, got;
+    bool too_long;
+    bool has_range;
+    uint64_t first, last;
+    struct validators v;
+    char errbuf[CURL_ERROR_SIZE];
+};
+
+enum outcome { OUT_OK, OUT_RETRY, OUT_FAIL, OUT_CHANGED, OUT_NOMEM };
+
+static pthread_once_t curl_once = PTHREAD_ONCE_INIT;
+static CURLcode curl_init_status;
+
+static void curl_init(void)
+{
+    curl_init_status = curl_global_init(CURL_GLOBAL_DEFAULT);
+}
+
+static void copy_value(char *dst, size_t cap, const char *p, size_t len)
+{
+    while (len > 0 && (*p == ' ' || *p == '\t'))
+        p++, len--;
+    while (len > 0 && (p[len - 1] == '\r' || p[len - 1] == '\n' || p[len - 1] == ' '))
+        len--;
+    if (len >= cap)
+        len = cap - 1;
+    memcpy(dst, p, len);
+    dst[len] = '\0';
+}
+
+/* "bytes A-B/T", or "bytes *" "/T" for a range not satisfiable. */
+static void parse_content_range(struct response *r, const char *value)
+{
+    unsigned long long a, b, t;
+    char star;
+
+    if (sscanf(value, "bytes %llu-%llu/%llu", &a, &b, &t) == 3 && a <= b && b < t) {
+        r->has_range = true;
+        r->first = a;
+        r->last = b;
+        r->v.size = t;
+        r->v.has_size = true;
+    } else if (sscanf(value, "bytes %c/%llu", &star, &t) == 2 && star == '*') {
+        r->v.size = t;
+        r->v.has_size = true;
+    }
+}
+
+static bool is_field(const char *line, size_t len, const char *name, const char **value,
+                     size_t *vlen)
+{
+    size_t n = strlen(name);
+
+    if (len <= n || line[n] != ':' || strncasecmp(line, name, n) != 0)
+        return false;
+    *value = line + n + 1;
+    *vlen = len - n - 1;
+    return true;
+}
+
+static size_t header_cb(char *line, size_t size, size_t nitems, void *data)
+{
+    struct response *r = data;
+    size_t len = size * nitems, vlen;
+    const char *value;
+    char buf[128];
+
+    if (len >= 5 && strncmp(line, "HTTP/", 5) == 0) {
+        /* A new answer (after a redirect or a 100 Continue): forget the last. */
+        r->has_range = false;
+        memset(&r->v, 0, sizeof(r->v));
+    } else if (is_field(line, len, "Content-Range", &value, &vlen)) {
+        copy_value(buf, sizeof(buf), value, vlen);
+        parse_content_range(r, buf);
+    } else if (is_field(line, len, "ETag", &value, &vlen)) {
+        copy_value(r->v.etag, sizeof(r->v.etag), value, vlen);
+    } else if (is_field(line, len, "Last-Modified", &value, &vlen)) {
+        copy_value(r->v.last_modified, sizeof(r->v.last_modified), value, vlen);
+    }
+    return len;
+}
+
+static size_t write_cb(char *data, size_t size, size_t nmemb, void *userdata)
+{
+    struct response *r = userdata;
+    size_t len = size * nmemb;
+    long status = 0;
+
+    /* Only a partial answer's body is wanted: a server that ignores Range
+     * would otherwise send the whole model, and an error page is not data. */
+    curl_easy_getinfo(r->easy, CURLINFO_RESPONSE_CODE, &status);
+    if (status != 206)
+        return 0;
+    if (len > r->cap - r->got) {
+        r->too_long = true;
+        return 0;
+    }
+    memcpy(r->buf + r->got, data, len);
+    r->got += len;
+    return len;
+}
+
+static CURL *easy_new(struct http *h)
+{
+    CURL *e = curl_easy_init();
+
+    if (!e)
+        return NULL;
+    /* TLS verification is libcurl's default (the system CA store); only
+     * http and https, redirects included, may be spoken. */
+    if (curl_easy_setopt(e, CURLOPT_URL, h->src.name) != CURLE_OK ||
+        curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http,https") != CURLE_OK ||
+        curl_easy_setopt(e, CURLOPT_REDIR_PROTOCOLS_STR, "http,https") != CURLE_OK ||
+        curl_easy_setopt(e, CURLOPT_FOLLOWLOCATION, 1L) != CURLE_OK ||
+        curl_easy_setopt(e, CURLOPT_MAXREDIRS, 10L) != CURLE_OK ||
+        curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L) != CURLE_OK ||
+        curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT, h->timeout) != CURLE_OK ||
+        curl_easy_setopt(e, CURLOPT_LOW_SPEED_LIMIT, 1L) != CURLE_OK ||
+        curl_easy_setopt(e, CURLOPT_LOW_SPEED_TIME, h->timeout) != CURLE_OK ||
+        curl_easy_setopt(e, CURLOPT_BUFFERSIZE, CURL_BUFFER) != CURLE_OK ||
+        curl_easy_setopt(e, CURLOPT_HEADERFUNCTION, header_cb) != CURLE_OK ||
+        curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, write_cb) != CURLE_OK) {
+        curl_easy_cleanup(e);
+        return NULL;
+    }
+    return e;
+}
+
+static void *worker_new(void *ctx)
+{
+    return easy_new(ctx);
+}
+
+static void worker_free(void *ctx, void *worker)
+{
+    (void)ctx;
+    curl_easy_cleanup(worker);
+}
+
+/* Why the file in r is not the one mounted, or false when it is. */
+static bool differs(const struct validators *m, const struct validators *v, char *why,
+                    size_t whylen)
+{
+    if (v->size != m->size)
+        snprintf(why, whylen, "its length changed from %llu to %llu bytes",
+                 (unsigned long long)m->size, (unsigned long long)v->size);
+    else if (m->etag[0] && strcmp(m->etag, v->etag) != 0)
+        snprintf(why, whylen, "its ETag changed from %s to %s", m->etag,
+                 v->etag[0] ? v->etag : "none");
+    else if (m->last_modified[0] && strcmp(m->last_modified, v->last_modified) != 0)
+        snprintf(why, whylen, "its Last-Modified changed from %s to %s", m->last_modified,
+                 v->last_modified[0] ? v->last_modified : "none");
+    else
+        return false;
+    return true;
+}
+
+static const char *status_name(long status)
+{
+    switch (status) {
+    case 401:
+        return " Unauthorized";
+    case 403:
+        return " Forbidden";
+    case 404:
+        return " Not Found";
+    case 410:
+        return " Gone";
+    case 416:
+        return " Range Not Satisfiable";
+    case 503:
+        return " Service Unavailable";
+    default:
+        return "";
+    }
+}
+
+/* Judges one answer to a request for len bytes at first (at open: a suffix
+ * of at most len bytes). */
+static enum outcome judge(struct http *h, struct response *r, CURLcode code, bool at_open,
+                          uint64_t first, size_t len, char *why, size_t whylen)
+{
+    long status = 0;
+
+    curl_easy_getinfo(r->easy, CURLINFO_RESPONSE_CODE, &status);
+    /* A write error is ours when the body was refused (see write_cb). */
+    if (code != CURLE_OK && !(code == CURLE_WRITE_ERROR && status != 0)) {
+        snprintf(why, whylen, "%s", r->errbuf[0] ? r->errbuf : curl_easy_strerror(code));
+        return OUT_RETRY;
+    }
+    if (status == 200 || status == 206) {
+        pthread_mutex_lock(&h->lock);
+        if (r->v.has_size)
+            h->latest = r->v;
+        pthread_mutex_unlock(&h->lock);
+    }
+    if (status == 200) {
+        snprintf(why, whylen,
+                 "the server ignores Range requests (it answered 200 with the whole file)");
+        return OUT_FAIL;
+    }
+    if (status == 408 || status == 429 || status >= 500) {
+        snprintf(why, whylen, "HTTP %ld%s", status, status_name(status));
+        return OUT_RETRY;
+    }
+    if (status != 206) {
+        snprintf(why, whylen, "HTTP %ld%s", status, status_name(status));
+        return OUT_FAIL;
+    }
+    if (!r->has_range) {
+        snprintf(why, whylen, "HTTP 206 without a usable Content-Range");
+        return OUT_FAIL;
+    }
+    if (!at_open && differs(&h->mount, &r->v, why, whylen))
+        return OUT_CHANGED;
+    if (r->too_long) {
+        snprintf(why, whylen, "a body longer than its Content-Range");
+        return OUT_RETRY;
+    }
+    if (at_open ? r->last != r->v.size - 1 || r->last - r->first >= len
+                : r->first != first || r->last != first + len - 1) {
+        snprintf(why, whylen, "Content-Range bytes %llu-%llu/%llu does not answer the range asked",
+                 (unsigned long long)r->first, (unsigned long long)r->last,
+                 (unsigned long long)r->v.size);
+        return OUT_FAIL;
+    }
+    if (r->got != r->last - r->first + 1) {
+        snprintf(why, whylen, "a body of %zu bytes, shorter than its Content-Range's %llu", r->got,
+                 (unsigned long long)(r->last - r->first + 1));
+        return OUT_RETRY;
+    }
+    return OUT_OK;
+}
+
+static void back_off(int attempt)
+{
+    /* 0.25 s, then 1 s: a restarting server or a dropped connection gets a
+     * moment, a reader does not wait long for a server that is gone. */
+    struct timespec ts = {attempt == 1 ? 0 : 1, attempt == 1 ? 250000000L : 0};
+
+    while (nanosleep(&ts, &ts) != 0)
+        ;
+}
+
+/* Asks for len bytes at first into buf (at open, range is "-len", a suffix),
+ * tried up to TRIES times while failures look passing. */
+static enum outcome fetch(struct http *h, CURL *easy, struct response *r, void *buf, size_t len,
+                          uint64_t first, bool at_open, char *why, size_t whylen)
+{
+    char range[80];
+    enum outcome o = OUT_FAIL;
+    struct curl_slist *list = NULL;
+
+    if (at_open)
+        snprintf(range, sizeof(range), "Range: bytes=-%zu", len);
+    else
+        snprintf(range, sizeof(range), "Range: bytes=%llu-%llu", (unsigned long long)first,
+                 (unsigned long long)(first + len - 1));
+    for (struct curl_slist *l = h->headers; l; l = l->next)
+        if (!(list = curl_slist_append(list, l->data)))
+            return OUT_NOMEM;
+    struct curl_slist *with_range = curl_slist_append(list, range);
+    if (!with_range) {
+        curl_slist_free_all(list);
+        return OUT_NOMEM;
+    }
+    list = with_range;
+    for (int attempt = 0; attempt < TRIES; attempt++) {
+        if (attempt > 0)
+            back_off(attempt);
+        memset(r, 0, sizeof(*r));
+        r->easy = easy;
+        r->buf = buf;
+        r->cap = len;
+        if (curl_easy_setopt(easy, CURLOPT_HTTPHEADER, list) != CURLE_OK ||
+            curl_easy_setopt(easy, CURLOPT_HEADERDATA, r) != CURLE_OK ||
+            curl_easy_setopt(easy, CURLOPT_WRITEDATA, r) != CURLE_OK ||
+            curl_easy_setopt(easy, CURLOPT_ERRORBUFFER, r->errbuf) != CURLE_OK) {
+            o = OUT_NOMEM;
+            break;
+        }
+        CURLcode code = curl_easy_perform(easy);
+        o = judge(h, r, code, at_open, first, len, why, whylen);
+        if (o != OUT_RETRY)
+            break;
+    }
+    curl_easy_setopt(easy, CURLOPT_ERRORBUFFER, NULL);
+    curl_easy_setopt(easy, CURLOPT_HTTPHEADER, NULL);
+    curl_slist_free_all(list);
+    if (o == OUT_RETRY) {
+        size_t n = strlen(why);
+        snprintf(why + n, whylen - n, " (%d tries)", TRIES);
+    }
+    return o;
+}
+
+static bool has_changed(struct http *h)
+{
+    pthread_mutex_lock(&h->lock);
+    bool changed = h->changed;
+    pthread_mutex_unlock(&h->lock);
+    return changed;
+}
+
+static void mark_changed(struct http *h, const char *why)
+{
+    pthread_mutex_lock(&h->lock);
+    bool first = !h->changed;
+    h->changed = true;
+    pthread_mutex_unlock(&h->lock);
+    if (!first)
+        return;
+    fprintf(stderr,
+            "tbmfs: %s: changed on the server since mount (%s): reads fail with EIO; remount to "
+            "see the new model\n",
+            h->src.name, why);
+    tbm_cache_invalidate(h->cache);
+}
+
+static int fetch_block(void *ctx, void *worker, uint64_t off, void *buf, size_t len)
+{
+    struct http *h = ctx;
+    struct response r;
+    char why[512];
+
+    if (has_changed(h))
+        return TBM_ERR_IO;
+    switch (fetch(h, worker, &r, buf, len, off, false, why, sizeof(why))) {
+    case OUT_OK:
+        return 0;
+    case OUT_NOMEM:
+        return TBM_ERR_NOMEM;
+    case OUT_CHANGED:
+        mark_changed(h, why);
+        return TBM_ERR_IO;
+    default:
+        fprintf(stderr, "tbmfs: %s: bytes %llu-%llu: %s\n", h->src.name, (unsigned long long)off,
+                (unsigned long long)(off + len - 1), why);
+        return TBM_ERR_IO;
+    }
+}
+
+static int http_read(struct tbm_source *src, void *buf, size_t len, uint64_t off, size_t *got)
+{
+    struct http *h = (struct http *)src;
+
+    *got = 0;
+    if (has_changed(h))
+        return TBM_ERR_IO;
+    /* The tail came with the first answer and reaches the end: the index
+     * length and often the whole index are read from it. */
+    if (off >= h->tail_off && off - h->tail_off <= h->tail_len) {
+        size_t in = (size_t)(off - h->tail_off);
+        size_t n = len < h->tail_len - in ? len : h->tail_len - in;
+        memcpy(buf, h->tail + in, n);
+        *got = n;
+        return 0;
+    }
+    return tbm_cache_read(h->cache, buf, len, off, got);
+}
+
+static int http_identify(struct tbm_source *src, struct tbm_source_id *out)
+{
+    struct http *h = (struct http *)src;
+
+    memset(out, 0, sizeof(*out));
+    pthread_mutex_lock(&h->lock);
+    out->size = h->latest.size;
+    snprintf(out->tag, sizeof(out->tag), "%s",
+             h->latest.etag[0] ? h->latest.etag : h->latest.last_modified);
+    pthread_mutex_unlock(&h->lock);
+    out->mtime = src->id.mtime;
+    return 0;
+}
+
+static void http_close(struct tbm_source *src)
+{
+    struct http *h = (struct http *)src;
+
+    tbm_cache_free(h->cache);
+    curl_slist_free_all(h->headers);
+    pthread_mutex_destroy(&h->lock);
+    free(h->tail);
+    free(h->src.name);
+    free(h);
+}
+
+static const struct tbm_source_ops http_ops = {
+    .read = http_read,
+    .identify = http_identify,
+    .close = http_close,
+};
+
+bool tbm_source_is_url(const char *name)
+{
+    return strncasecmp(name, "http://", 7) == 0 || strncasecmp(name, "https://", 8) == 0;
+}
+
+int tbm_source_open_http(const char *url, const struct tbm_http_options *opts,
+                         struct tbm_source **out, char *why, size_t whylen)
+{
+    const struct tbm_http_options defaults = {.cache_size = TBM_HTTP_CACHE_DEFAULT,
+                                              .timeout = TBM_HTTP_TIMEOUT};
+    struct response r;
+    CURL *easy = NULL;
+    int status = TBM_ERR_NOMEM;
+
+    *out = NULL;
+    snprintf(why, whylen, "out of memory");
+    opts = opts ? opts : &defaults;
+    pthread_once(&curl_once, curl_init);
+    if (curl_init_status != CURLE_OK) {
+        snprintf(why, whylen, "libcurl: %s", curl_easy_strerror(curl_init_status));
+        return TBM_ERR_SOURCE;
+    }
+    struct http *h = calloc(1, sizeof(*h));
+    if (!h)
+        return TBM_ERR_NOMEM;
+    pthread_mutex_init(&h->lock, NULL);
+    h->src.ops = &http_ops;
+    h->src.fd = -1; /* nothing to splice from: views read into a buffer */
+    h->timeout = opts->timeout ? (long)opts->timeout : (long)TBM_HTTP_TIMEOUT;
+    if (!(h->src.name = strdup(url)) || !(h->tail = malloc(TAIL_SIZE)))
+        goto fail;
+    for (size_t i = 0; i < opts->nheaders; i++) {
+        struct curl_slist *l = curl_slist_append(h->headers, opts->headers[i]);
+        if (!l)
+            goto fail;
+        h->headers = l;
+    }
+    if (!(easy = easy_new(h)))
+        goto fail;
+    switch (fetch(h, easy, &r, h->tail, TAIL_SIZE, 0, true, why, whylen)) {
+    case OUT_OK:
+        break;
+    case OUT_NOMEM:
+        snprintf(why, whylen, "out of memory");
+        goto fail;
+    default:
+        status = TBM_ERR_SOURCE;
+        goto fail;
+    }
+    h->mount = r.v;
+    h->latest = r.v;
+    h->tail_off = r.first;
+    h->tail_len = r.got;
+    h->src.id.size = r.v.size;
+    snprintf(h->src.id.tag, sizeof(h->src.id.tag), "%s",
+             r.v.etag[0] ? r.v.etag : r.v.last_modified);
+    time_t lm = r.v.last_modified[0] ? curl_getdate(r.v.last_modified, NULL) : -1;
+    h->src.id.mtime.tv_sec = lm >= 0 ? lm : time(NULL);
+    struct tbm_cache_fetcher f = {
+        .ctx = h, .worker_new = worker_new, .worker_free = worker_free, .fetch = fetch_block};
+    uint64_t cache = opts->cache_size ? opts->cache_size : TBM_HTTP_CACHE_DEFAULT;
+    if (tbm_cache_new(&f, r.v.size, cache, WORKERS, &h->cache) < 0) {
+        snprintf(why, whylen, "out of memory");
+        goto fail;
+    }
+    curl_easy_cleanup(easy);
+    *out = &h->src;
+    return 0;
+
+fail:
+    curl_easy_cleanup(easy);
+    http_close(&h->src);
+    return status;
+}
