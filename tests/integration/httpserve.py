@@ -43,7 +43,7 @@ pid %s/nginx.pid;
 error_log %s/error.log warn;
 events { worker_connections 512; }
 http {
-  log_format ranges '$request_method $uri "$http_range" $status $body_bytes_sent';
+  log_format ranges '$request_method $uri "$http_range" $status $body_bytes_sent "$http_x_tbm_test"';
   access_log %s ranges;
 %s
   default_type application/octet-stream;
