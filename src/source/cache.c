@@ -8,6 +8,7 @@
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 /* Blocks fetched ahead of a sequential reader, at most: 8 MiB in flight keeps
  * several connections busy while the reader copies the block it has. */
@@ -26,13 +27,15 @@ struct slot {
     unsigned refs;       /* readers holding or waiting for it */
     bool used;           /* a reader asked for it, so the next block is a sequential read */
     bool demand;         /* queued for a reader rather than ahead of one */
-    unsigned char *data; /* TBM_CACHE_BLOCK bytes, kept for the slot's next block */
+    unsigned char *data; /* TBM_CACHE_BLOCK bytes of the cache's mapping */
     size_t len;
     struct slot *hnext;
 };
 
 struct tbm_cache {
     struct tbm_cache_fetcher f;
+    unsigned char *map; /* every slot's bytes, touched (so resident) only once used */
+    size_t map_len;
     uint64_t size;
     size_t nslots;
     struct slot *slots;
@@ -155,10 +158,8 @@ static void release(struct tbm_cache *c, struct slot *s)
     unhash(c, s);
     list_del(&s->link);
     s->state = SLOT_FREE;
-    if (c->stale) {
-        free(s->data);
-        s->data = NULL;
-    }
+    if (c->stale)
+        madvise(s->data, TBM_CACHE_BLOCK, MADV_DONTNEED);
     list_push(&c->free, &s->link);
     if (c->slot_waiters)
         pthread_cond_broadcast(&c->done);
@@ -216,8 +217,6 @@ static int load(struct tbm_cache *c, void *w, struct slot *s)
     uint64_t left = c->size - off;
 
     s->len = left < TBM_CACHE_BLOCK ? (size_t)left : TBM_CACHE_BLOCK;
-    if (!s->data && !(s->data = malloc(TBM_CACHE_BLOCK)))
-        return TBM_ERR_NOMEM;
     if (!w)
         return TBM_ERR_NOMEM;
     return c->f.fetch(c->f.ctx, w, off, s->data, s->len);
@@ -408,7 +407,15 @@ int tbm_cache_new(const struct tbm_cache_fetcher *f, uint64_t size, uint64_t cac
     c->slots = calloc(c->nslots, sizeof(*c->slots));
     c->buckets = calloc(c->nbuckets, sizeof(*c->buckets));
     c->threads = calloc(workers ? workers : 1, sizeof(*c->threads));
-    if (!c->slots || !c->buckets || !c->threads) {
+    /* One mapping for all slots: only what is filled becomes resident, and a
+     * changed source's blocks go back to the system at once (MADV_DONTNEED). */
+    c->map_len = c->nslots * (size_t)TBM_CACHE_BLOCK;
+    void *map = mmap(NULL, c->map_len, PROT_READ | PROT_WRITE,
+                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    c->map = map == MAP_FAILED ? NULL : map;
+    if (!c->slots || !c->buckets || !c->threads || !c->map) {
+        if (c->map)
+            munmap(c->map, c->map_len);
         free(c->slots);
         free(c->buckets);
         free(c->threads);
@@ -425,8 +432,10 @@ int tbm_cache_new(const struct tbm_cache_fetcher *f, uint64_t size, uint64_t cac
     list_init(&c->lru);
     list_init(&c->demand_q);
     list_init(&c->ahead_q);
-    for (size_t i = 0; i < c->nslots; i++)
+    for (size_t i = 0; i < c->nslots; i++) {
+        c->slots[i].data = c->map + i * (size_t)TBM_CACHE_BLOCK;
         list_push(&c->free, &c->slots[i].link);
+    }
     pthread_mutex_init(&c->lock, NULL);
     pthread_cond_init(&c->done, NULL);
     pthread_cond_init(&c->work, NULL);
@@ -454,8 +463,7 @@ void tbm_cache_free(struct tbm_cache *c)
         c->all_next->all_prev = c->all_prev;
     pthread_mutex_unlock(&all_lock);
     stop_workers(c);
-    for (size_t i = 0; i < c->nslots; i++)
-        free(c->slots[i].data);
+    munmap(c->map, c->map_len);
     pthread_mutex_destroy(&c->lock);
     pthread_cond_destroy(&c->done);
     pthread_cond_destroy(&c->work);
