@@ -31,6 +31,9 @@ struct tbm_source_ops {
      * reports what its latest response said). 0 or TBM_ERR_IO. */
     int (*identify)(struct tbm_source *src, struct tbm_source_id *out);
     void (*close)(struct tbm_source *src);
+    /* Optional: len bytes at off will be read soon, so a remote source may
+     * start fetching them alongside others. NULL for a local file. */
+    void (*prefetch)(struct tbm_source *src, uint64_t off, size_t len);
 };
 
 struct tbm_source {
@@ -81,6 +84,12 @@ bool tbm_source_is_url(const char *name);
  * be NULL for the defaults. */
 int tbm_source_open_http(const char *url, const struct tbm_http_options *opts,
                          struct tbm_source **out, char *why, size_t whylen);
+
+static inline void tbm_source_prefetch(struct tbm_source *src, uint64_t off, size_t len)
+{
+    if (src->ops->prefetch)
+        src->ops->prefetch(src, off, len);
+}
 
 /* The size of the source now: TBM_ERR_IO when it cannot be known. */
 int tbm_source_size_now(struct tbm_source *src, uint64_t *size);

@@ -165,8 +165,9 @@ static void release(struct tbm_cache *c, struct slot *s)
         pthread_cond_broadcast(&c->done);
 }
 
-/* A free slot, or the least recently used filled one nobody holds. */
-static struct slot *take_slot(struct tbm_cache *c)
+/* A free slot, or the least recently used filled one nobody holds; for a
+ * fetch ahead (spare), only one that a reader has read already. */
+static struct slot *take_slot(struct tbm_cache *c, bool spare)
 {
     if (!list_empty(&c->free)) {
         struct slot *s = slot_of(c->free.next);
@@ -175,7 +176,7 @@ static struct slot *take_slot(struct tbm_cache *c)
     }
     for (struct link *l = c->lru.prev; l != &c->lru; l = l->prev) {
         struct slot *s = slot_of(l);
-        if (s->refs == 0) {
+        if (s->refs == 0 && (!spare || s->used)) {
             unhash(c, s);
             list_del(&s->link);
             return s;
@@ -273,7 +274,7 @@ static void read_ahead(struct tbm_cache *c, uint64_t block)
             return;
         if (lookup(c, b))
             continue;
-        struct slot *s = take_slot(c);
+        struct slot *s = take_slot(c, true);
         if (!s)
             return;
         enqueue(c, s, b, false);
@@ -289,7 +290,7 @@ static int acquire(struct tbm_cache *c, uint64_t block, struct slot **out)
             return TBM_ERR_IO;
         struct slot *s = lookup(c, block);
         if (!s) {
-            if (!(s = take_slot(c))) {
+            if (!(s = take_slot(c, false))) {
                 c->slot_waiters++;
                 pthread_cond_wait(&c->done, &c->lock);
                 c->slot_waiters--;

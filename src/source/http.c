@@ -17,6 +17,14 @@
  * the whole index of a model of a few hundred tensors, in one answer. */
 #define TAIL_SIZE (64u << 10)
 #define TRIES     3
+/* Hinted ranges (the headers of a slice of the index) are fetched together,
+ * this many at once, neighbours less than MERGE_GAP apart in one request of
+ * at most MERGE_MAX; at most HINTS_MAX bytes of them are held at a time. */
+#define HINT_TRANSFERS 8
+#define MERGE_GAP      (64u << 10)
+#define MERGE_MAX      (1u << 20)
+#define HINTS_MAX      (8u << 20)
+
 /* Transfer threads, each with its own connection: enough to keep a
  * loopback or LAN server busy while readers copy. */
 #define WORKERS 4
@@ -44,6 +52,22 @@ struct http {
     unsigned char *tail; /* the bytes of the first answer, from tail_off to the end */
     uint64_t tail_off;
     size_t tail_len;
+    /* Ranges hinted since the last read, fetched by the next read, and what
+     * the last such fetch brought (sorted, apart): a mount reads every
+     * header, and blocks for headers 1 MiB apart would fetch the whole
+     * model. */
+    pthread_mutex_t hint_lock;
+    struct range *hints, *store;
+    size_t nhints, hints_cap, nstore;
+    uint64_t hinted_bytes;
+    CURLM *multi; /* its connections serve the next fetch of hints */
+    CURL *hint_easy[HINT_TRANSFERS];
+};
+
+struct range {
+    uint64_t off;
+    size_t len;
+    unsigned char *data;
 };
 
 /* One request's answer, as the callbacks see it; after redirects, the last. */
@@ -392,6 +416,201 @@ static int fetch_block(void *ctx, void *worker, uint64_t off, void *buf, size_t 
     }
 }
 
+static void http_prefetch(struct tbm_source *src, uint64_t off, size_t len)
+{
+    struct http *h = (struct http *)src;
+
+    /* The tail is here already; past HINTS_MAX the reads go to the cache. */
+    if (off >= h->tail_off || len == 0)
+        return;
+    if (len > h->tail_off - off)
+        len = (size_t)(h->tail_off - off);
+    pthread_mutex_lock(&h->hint_lock);
+    if (h->hinted_bytes + len <= HINTS_MAX) {
+        if (h->nhints == h->hints_cap) {
+            size_t cap = h->hints_cap ? 2 * h->hints_cap : 64;
+            struct range *more = realloc(h->hints, cap * sizeof(*more));
+            if (!more)
+                goto out;
+            h->hints = more;
+            h->hints_cap = cap;
+        }
+        h->hints[h->nhints++] = (struct range){off, len, NULL};
+        h->hinted_bytes += len;
+    }
+out:
+    pthread_mutex_unlock(&h->hint_lock);
+}
+
+static int by_offset(const void *a, const void *b)
+{
+    const struct range *x = a, *y = b;
+    return x->off < y->off ? -1 : x->off > y->off;
+}
+
+static void store_clear(struct http *h)
+{
+    for (size_t i = 0; i < h->nstore; i++)
+        free(h->store[i].data);
+    h->nstore = 0;
+}
+
+/* The hints, sorted and merged, become the store's ranges (their data not
+ * fetched yet); the hint list starts again. */
+static void hints_merge(struct http *h)
+{
+    qsort(h->hints, h->nhints, sizeof(*h->hints), by_offset);
+    store_clear(h);
+    free(h->store);
+    h->store = h->hints;
+    size_t n = 0;
+    for (size_t i = 0; i < h->nhints; i++) {
+        struct range r = h->hints[i];
+        struct range *last = n ? &h->store[n - 1] : NULL;
+        uint64_t end = last ? last->off + last->len : 0;
+        if (last && r.off <= end + MERGE_GAP && r.off + r.len - last->off <= MERGE_MAX) {
+            if (r.off + r.len > end)
+                last->len = (size_t)(r.off + r.len - last->off);
+            continue;
+        }
+        h->store[n++] = r;
+    }
+    h->nstore = n;
+    h->hints = NULL;
+    h->nhints = h->hints_cap = 0;
+    h->hinted_bytes = 0;
+}
+
+struct hint_transfer {
+    struct response r;
+    struct curl_slist *list;
+    struct range *range;
+};
+
+static int hint_start(struct http *h, CURL *easy, struct hint_transfer *t, struct range *range)
+{
+    char header[80];
+
+    memset(t, 0, sizeof(*t));
+    if (!(range->data = malloc(range->len)))
+        return TBM_ERR_NOMEM;
+    snprintf(header, sizeof(header), "Range: bytes=%llu-%llu", (unsigned long long)range->off,
+             (unsigned long long)(range->off + range->len - 1));
+    for (struct curl_slist *l = h->headers; l; l = l->next)
+        if (!(t->list = curl_slist_append(t->list, l->data)))
+            return TBM_ERR_NOMEM;
+    struct curl_slist *with = curl_slist_append(t->list, header);
+    if (!with)
+        return TBM_ERR_NOMEM;
+    t->list = with;
+    t->range = range;
+    t->r.easy = easy;
+    t->r.buf = range->data;
+    t->r.cap = range->len;
+    if (curl_easy_setopt(easy, CURLOPT_HTTPHEADER, t->list) != CURLE_OK ||
+        curl_easy_setopt(easy, CURLOPT_HEADERDATA, &t->r) != CURLE_OK ||
+        curl_easy_setopt(easy, CURLOPT_WRITEDATA, &t->r) != CURLE_OK ||
+        curl_easy_setopt(easy, CURLOPT_ERRORBUFFER, t->r.errbuf) != CURLE_OK ||
+        curl_easy_setopt(easy, CURLOPT_PRIVATE, t) != CURLE_OK ||
+        curl_multi_add_handle(h->multi, easy) != CURLM_OK)
+        return TBM_ERR_NOMEM;
+    return 0;
+}
+
+/* A range that did not arrive whole is dropped from the store: reading it
+ * goes through the cache, with its retries. */
+static void hint_end(struct http *h, struct hint_transfer *t, CURLcode code)
+{
+    char why[512];
+
+    curl_multi_remove_handle(h->multi, t->r.easy);
+    curl_easy_setopt(t->r.easy, CURLOPT_HTTPHEADER, NULL);
+    curl_easy_setopt(t->r.easy, CURLOPT_ERRORBUFFER, NULL);
+    curl_slist_free_all(t->list);
+    t->list = NULL;
+    enum outcome o = judge(h, &t->r, code, false, t->range->off, t->range->len, why, sizeof(why));
+    if (o == OUT_CHANGED)
+        mark_changed(h, why);
+    if (o != OUT_OK) {
+        free(t->range->data);
+        t->range->data = NULL;
+    }
+    t->range = NULL;
+}
+
+/* Fetches the hinted ranges, HINT_TRANSFERS at a time over the multi
+ * handle's connections. Called with hint_lock held. */
+static void hints_fetch(struct http *h)
+{
+    struct hint_transfer t[HINT_TRANSFERS] = {0};
+    size_t next = 0;
+    int active = 0;
+
+    hints_merge(h);
+    if (!h->multi && !(h->multi = curl_multi_init()))
+        return;
+    for (;;) {
+        for (int k = 0; k < HINT_TRANSFERS && next < h->nstore; k++) {
+            if (t[k].range)
+                continue;
+            if (!h->hint_easy[k] && !(h->hint_easy[k] = easy_new(h)))
+                break;
+            if (hint_start(h, h->hint_easy[k], &t[k], &h->store[next++]) < 0) {
+                curl_slist_free_all(t[k].list);
+                free(h->store[next - 1].data);
+                h->store[next - 1].data = NULL;
+                memset(&t[k], 0, sizeof(t[k]));
+                continue;
+            }
+            active++;
+        }
+        if (active == 0)
+            break;
+        int running, left;
+        if (curl_multi_perform(h->multi, &running) != CURLM_OK)
+            break;
+        CURLMsg *msg;
+        while ((msg = curl_multi_info_read(h->multi, &left))) {
+            struct hint_transfer *done = NULL;
+            if (msg->msg != CURLMSG_DONE)
+                continue;
+            curl_easy_getinfo(msg->easy_handle, CURLINFO_PRIVATE, (char **)&done);
+            hint_end(h, done, msg->data.result);
+            active--;
+        }
+        if (active > 0)
+            curl_multi_poll(h->multi, NULL, 0, 1000, NULL);
+    }
+    for (int k = 0; k < HINT_TRANSFERS; k++) /* after a multi failure */
+        if (t[k].range)
+            hint_end(h, &t[k], CURLE_RECV_ERROR);
+}
+
+/* Serves the read from the store when it lies inside one fetched range. */
+static bool from_store(struct http *h, void *buf, size_t len, uint64_t off)
+{
+    bool hit = false;
+
+    pthread_mutex_lock(&h->hint_lock);
+    if (h->nhints)
+        hints_fetch(h);
+    size_t lo = 0, hi = h->nstore;
+    while (lo < hi) { /* the first range ending past off */
+        size_t mid = lo + (hi - lo) / 2;
+        if (h->store[mid].off + h->store[mid].len <= off)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    struct range *r = lo < h->nstore ? &h->store[lo] : NULL;
+    if (r && r->data && off >= r->off && len <= r->len - (off - r->off)) {
+        memcpy(buf, r->data + (off - r->off), len);
+        hit = true;
+    }
+    pthread_mutex_unlock(&h->hint_lock);
+    return hit;
+}
+
 static int http_read(struct tbm_source *src, void *buf, size_t len, uint64_t off, size_t *got)
 {
     struct http *h = (struct http *)src;
@@ -407,6 +626,10 @@ static int http_read(struct tbm_source *src, void *buf, size_t len, uint64_t off
         memcpy(buf, h->tail + in, n);
         *got = n;
         return 0;
+    }
+    if (from_store(h, buf, len, off)) {
+        *got = len;
+        return has_changed(h) ? TBM_ERR_IO : 0;
     }
     return tbm_cache_read(h->cache, buf, len, off, got);
 }
@@ -430,8 +653,15 @@ static void http_close(struct tbm_source *src)
     struct http *h = (struct http *)src;
 
     tbm_cache_free(h->cache);
+    for (int k = 0; k < HINT_TRANSFERS; k++)
+        curl_easy_cleanup(h->hint_easy[k]);
+    curl_multi_cleanup(h->multi);
+    store_clear(h);
+    free(h->store);
+    free(h->hints);
     curl_slist_free_all(h->headers);
     pthread_mutex_destroy(&h->lock);
+    pthread_mutex_destroy(&h->hint_lock);
     free(h->tail);
     free(h->src.name);
     free(h);
@@ -441,6 +671,7 @@ static const struct tbm_source_ops http_ops = {
     .read = http_read,
     .identify = http_identify,
     .close = http_close,
+    .prefetch = http_prefetch,
 };
 
 bool tbm_source_is_url(const char *name)
@@ -469,6 +700,7 @@ int tbm_source_open_http(const char *url, const struct tbm_http_options *opts,
     if (!h)
         return TBM_ERR_NOMEM;
     pthread_mutex_init(&h->lock, NULL);
+    pthread_mutex_init(&h->hint_lock, NULL);
     h->src.ops = &http_ops;
     h->src.fd = -1; /* nothing to splice from: views read into a buffer */
     h->timeout = opts->timeout ? (long)opts->timeout : (long)TBM_HTTP_TIMEOUT;
