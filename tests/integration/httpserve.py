@@ -24,10 +24,12 @@ def free_port():
 class Nginx:
     """nginx serving root on 127.0.0.1; every request is a line of access.log."""
 
-    def __init__(self, prefix, root, workers=2):
+    def __init__(self, prefix, root, workers=2, tls=False):
         self.prefix = prefix
         self.root = root
         self.workers = workers
+        self.tls = tls  # also serve https on tls_port, with a self-signed certificate
+        self.tls_port = None
         self.port = None
         self.proc = None
         self.log = os.path.join(prefix, "access.log")
@@ -54,15 +56,33 @@ http {
   server {
     listen 127.0.0.1:%d;
     root %s;
+    location /moved/ { rewrite ^/moved/(.*)$ /$1 redirect; }
   }
+%s
 }
-""" % (self.workers, p, p, self.log, temps, self.port, self.root)
+""" % (self.workers, p, p, self.log, temps, self.port, self.root, self.tls_server())
+
+    def tls_server(self):
+        if not self.tls:
+            return ""
+        return """  server {
+    listen 127.0.0.1:%d ssl;
+    ssl_certificate %s/cert.pem;
+    ssl_certificate_key %s/key.pem;
+    root %s;
+  }""" % (self.tls_port, self.prefix, self.prefix, self.root)
 
     def start(self):
         os.makedirs(self.prefix, exist_ok=True)
+        if self.tls:
+            subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days",
+                            "2", "-subj", "/CN=127.0.0.1", "-keyout", self.prefix + "/key.pem",
+                            "-out", self.prefix + "/cert.pem"], check=True, capture_output=True,
+                           timeout=60)
         last = ""
         for _ in range(5):  # a port found free may be taken before nginx binds it
             self.port = free_port()
+            self.tls_port = free_port() if self.tls else None
             conf = os.path.join(self.prefix, "nginx.conf")
             with open(conf, "w") as f:
                 f.write(self.conf())
@@ -82,6 +102,9 @@ http {
 
     def url(self, name):
         return "http://127.0.0.1:%d/%s" % (self.port, name)
+
+    def tls_url(self, name):
+        return "https://127.0.0.1:%d/%s" % (self.tls_port, name)
 
     def requests(self):
         """The access log's lines so far."""

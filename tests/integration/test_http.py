@@ -233,6 +233,19 @@ def refusals(suite, nginx, root, proxy):
               "X-Tbm-Test not in the access log")
 
     suite.case("http mount: -o http_header is sent", header_sent)
+
+    def redirected():
+        with Mount(suite, nginx.url("moved/small.tbm")) as m:
+            eq(m.start(), 0, "exit (%s)" % m.err.strip())
+            eq(read_json(m.p("model.json")).get("tensor_count"), 1, "tensor_count")
+        check(any(line.startswith("GET /moved/small.tbm") and " 302 " in line
+                  for line in nginx.requests()), "no 302 in the access log")
+
+    suite.case("http mount: a redirect is followed", redirected)
+    # The server's certificate is self-signed, so verification against the system's CAs
+    # must refuse it.
+    one_line_refusal(suite, "https refused: a certificate no system CA signed",
+                     nginx.tls_url("small.tbm"), "certificate")
     rc, _, err = run_tbmfs(["-o", "http_header=nocolon", nginx.url("small.tbm"),
                             suite.tmp])
     suite.case("http mount: a header without a colon is refused",
@@ -418,7 +431,7 @@ def main(suite):
     os.makedirs(root)
     with open(os.path.join(root, "notatbm.bin"), "wb") as f:
         f.write(b"\xff" * 100)
-    with httpserve.Nginx(os.path.join(suite.tmp, "nginx"), root) as nginx, \
+    with httpserve.Nginx(os.path.join(suite.tmp, "nginx"), root, tls=True) as nginx, \
             httpserve.Proxy(nginx.port) as proxy:
         tree_and_dense(suite, nginx, root)
         reads(suite, nginx, root)
