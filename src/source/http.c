@@ -262,7 +262,11 @@ static enum outcome judge(struct http *h, struct response *r, CURLcode code, boo
     /* A write error is ours when the body was refused (see write_cb). */
     if (code != CURLE_OK && !(code == CURLE_WRITE_ERROR && status != 0)) {
         snprintf(why, whylen, "%s", r->errbuf[0] ? r->errbuf : curl_easy_strerror(code));
-        return OUT_RETRY;
+        /* Trying again changes nothing for these. */
+        bool lasting = code == CURLE_PEER_FAILED_VERIFICATION || code == CURLE_SSL_CACERT_BADFILE ||
+                       code == CURLE_URL_MALFORMAT || code == CURLE_UNSUPPORTED_PROTOCOL ||
+                       code == CURLE_TOO_MANY_REDIRECTS;
+        return lasting ? OUT_FAIL : OUT_RETRY;
     }
     if (status == 200 || status == 206) {
         pthread_mutex_lock(&h->lock);
