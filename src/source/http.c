@@ -590,11 +590,14 @@ static void hints_fetch(struct http *h)
             hint_end(h, &t[k], CURLE_RECV_ERROR);
 }
 
-/* Serves the read from the store when it lies inside one fetched range. */
-static bool from_store(struct http *h, void *buf, size_t len, uint64_t off)
+/* Copies what the store holds of the len bytes at off into buf: the bytes
+ * from off to the end of the fetched range holding off, or 0 bytes and in
+ * *next where the next range starts (UINT64_MAX when none does). */
+static size_t from_store(struct http *h, void *buf, size_t len, uint64_t off, uint64_t *next)
 {
-    bool hit = false;
+    size_t n = 0;
 
+    *next = UINT64_MAX;
     pthread_mutex_lock(&h->hint_lock);
     if (h->nhints)
         hints_fetch(h);
@@ -607,35 +610,59 @@ static bool from_store(struct http *h, void *buf, size_t len, uint64_t off)
             hi = mid;
     }
     struct range *r = lo < h->nstore ? &h->store[lo] : NULL;
-    if (r && r->data && off >= r->off && len <= r->len - (off - r->off)) {
-        memcpy(buf, r->data + (off - r->off), len);
-        hit = true;
+    if (r && r->data && off >= r->off) {
+        n = r->len - (size_t)(off - r->off) < len ? r->len - (size_t)(off - r->off) : len;
+        memcpy(buf, r->data + (off - r->off), n);
+    } else {
+        for (size_t i = lo; i < h->nstore; i++)
+            if (h->store[i].off > off && h->store[i].data) {
+                *next = h->store[i].off;
+                break;
+            }
     }
     pthread_mutex_unlock(&h->hint_lock);
-    return hit;
+    return n;
 }
 
+/* The tail, the store of hinted ranges and the cache each serve their part. */
 static int http_read(struct tbm_source *src, void *buf, size_t len, uint64_t off, size_t *got)
 {
     struct http *h = (struct http *)src;
+    uint64_t size = h->src.id.size, next;
+    size_t done = 0;
 
     *got = 0;
+    while (done < len && off + done < size) {
+        uint64_t pos = off + done;
+        char *dst = (char *)buf + done;
+        size_t want = len - done, n;
+        if (has_changed(h))
+            return TBM_ERR_IO;
+        /* The tail came with the first answer and reaches the end: the
+         * index length and often the whole index are read from it. */
+        if (pos >= h->tail_off) {
+            n = (size_t)(size - pos) < want ? (size_t)(size - pos) : want;
+            memcpy(dst, h->tail + (pos - h->tail_off), n);
+            done += n;
+            continue;
+        }
+        if ((n = from_store(h, dst, want, pos, &next)) > 0) {
+            done += n;
+            continue;
+        }
+        uint64_t stop = next < h->tail_off ? next : h->tail_off;
+        size_t part = stop - pos < want ? (size_t)(stop - pos) : want;
+        int r = tbm_cache_read(h->cache, dst, part, pos, &n);
+        if (r < 0)
+            return r;
+        done += n;
+        if (n < part)
+            break;
+    }
     if (has_changed(h))
         return TBM_ERR_IO;
-    /* The tail came with the first answer and reaches the end: the index
-     * length and often the whole index are read from it. */
-    if (off >= h->tail_off && off - h->tail_off <= h->tail_len) {
-        size_t in = (size_t)(off - h->tail_off);
-        size_t n = len < h->tail_len - in ? len : h->tail_len - in;
-        memcpy(buf, h->tail + in, n);
-        *got = n;
-        return 0;
-    }
-    if (from_store(h, buf, len, off)) {
-        *got = len;
-        return has_changed(h) ? TBM_ERR_IO : 0;
-    }
-    return tbm_cache_read(h->cache, buf, len, off, got);
+    *got = done;
+    return 0;
 }
 
 static int http_identify(struct tbm_source *src, struct tbm_source_id *out)
