@@ -369,7 +369,7 @@ def bounded(suite, nginx, root):
             eq(total, 4096 + (1 << 30), "bytes streamed")
             with open("/proc/%d/status" % m.pid) as f:
                 hwm = next(int(line.split()[1]) for line in f if line.startswith("VmHWM"))
-            print("# daemon VmHWM %.1f MiB after 2 GiB (mount and read) through 64 MiB"
+            print("# daemon VmHWM %.1f MiB after 1 GiB read through a 64 MiB cache"
                   % (hwm / 1024), flush=True)
             check(hwm < (64 + 32) * 1024, "VmHWM %d KiB" % hwm)
 
