@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Builds tbmfs and runs the mount throughput benchmark (scripts/bench.py [RUNS [FIGURES]]);
-# installs the peers it compares with (squashfuse, squashfs-tools) when missing; needs root
-# for the mounts and about 3 GiB of free space in /tmp.
+# Builds tbmfs and runs the benchmarks: scripts/bench.py [RUNS [FIGURES]] (throughput through
+# the mount, side by side with squashfuse and squashfuse_ll, which it installs when missing),
+# then scripts/bench_http.py (HTTP sources against a private nginx on loopback); needs root for
+# the mounts and about 3 GiB of free space in /tmp.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -20,4 +21,6 @@ if [ ${#peers[@]} -gt 0 ]; then
 fi
 [ -d build ] || meson setup build >/dev/null
 ninja -C build >/dev/null
-exec /usr/bin/python3 scripts/bench.py "$@"
+/usr/bin/python3 scripts/bench.py "$@"
+# HTTP sources, against a private nginx on loopback (scripts/bench_http.py)
+exec /usr/bin/python3 scripts/bench_http.py "$@"

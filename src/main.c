@@ -24,6 +24,11 @@ struct cli {
     unsigned batch;
     unsigned max_read; /* 0 until -o max_read= is seen */
     int nosplice;
+    /* http(s):// sources */
+    uint64_t cache_size;
+    char **http_headers;
+    size_t nheaders;
+    unsigned http_timeout; /* hidden: lets the tests stall a transfer for seconds, not 30 */
 };
 
 /* Bytes per read request. Smaller than the kernel's 1 MiB ceiling on
@@ -33,7 +38,7 @@ struct cli {
  * against 3.6 GB/s with 1 MiB, first buffered reads 3.2 against 2.9. */
 #define MAX_READ_DEFAULT (512u << 10)
 
-enum { KEY_CHECK, KEY_MAX_READ };
+enum { KEY_CHECK, KEY_MAX_READ, KEY_CACHE_SIZE, KEY_HTTP_HEADER };
 
 static const struct fuse_opt cli_opts[] = {
     {"strict", offsetof(struct cli, strict), 1},
@@ -41,8 +46,58 @@ static const struct fuse_opt cli_opts[] = {
     {"selftest_batch=%u", offsetof(struct cli, batch), 0},
     FUSE_OPT_KEY("--check", KEY_CHECK),
     FUSE_OPT_KEY("max_read=", KEY_MAX_READ),
+    FUSE_OPT_KEY("cache_size=", KEY_CACHE_SIZE),
+    FUSE_OPT_KEY("http_header=", KEY_HTTP_HEADER),
+    {"http_timeout=%u", offsetof(struct cli, http_timeout), 0},
     FUSE_OPT_END,
 };
+
+/* -o http_header="Name: value": one header line, kept for every request. */
+static int add_http_header(struct cli *cli, const char *arg)
+{
+    const char *h = arg + strlen("http_header=");
+    const char *colon = strchr(h, ':');
+
+    if (!colon || colon == h || strpbrk(h, "\r\n")) {
+        fprintf(stderr, "tbmfs: %s: must be one header line, \"Name: value\"\n", arg);
+        return -1;
+    }
+    char **more = realloc(cli->http_headers, (cli->nheaders + 1) * sizeof(*more));
+    if (!more)
+        return -1;
+    cli->http_headers = more;
+    if (!(more[cli->nheaders] = strdup(h)))
+        return -1;
+    cli->nheaders++;
+    return 0;
+}
+
+/* -o cache_size=BYTES, with an optional K, M or G (powers of 1024). */
+static int parse_cache_size(struct cli *cli, const char *arg)
+{
+    const char *digits = arg + strlen("cache_size=");
+    char *end;
+
+    errno = 0;
+    unsigned long long v = strtoull(digits, &end, 10);
+    unsigned shift = 0;
+    if (*end == 'K' || *end == 'k')
+        shift = 10;
+    else if (*end == 'M' || *end == 'm')
+        shift = 20;
+    else if (*end == 'G' || *end == 'g')
+        shift = 30;
+    if (shift)
+        end++;
+    if (*digits < '0' || *digits > '9' || errno || *end || v > (UINT64_MAX >> shift) ||
+        (v << shift) < TBM_HTTP_CACHE_MIN) {
+        fprintf(stderr, "tbmfs: %s: must be a number of bytes (K, M, G allowed), at least %llu\n",
+                arg, (unsigned long long)TBM_HTTP_CACHE_MIN);
+        return -1;
+    }
+    cli->cache_size = (uint64_t)v << shift;
+    return 0;
+}
 
 static int cli_proc(void *data, const char *arg, int key, struct fuse_args *outargs)
 {
@@ -67,6 +122,10 @@ static int cli_proc(void *data, const char *arg, int key, struct fuse_args *outa
         cli->max_read = (unsigned)v;
         return 0;
     }
+    if (key == KEY_CACHE_SIZE)
+        return parse_cache_size(cli, arg);
+    if (key == KEY_HTTP_HEADER)
+        return add_http_header(cli, arg);
     if (key == FUSE_OPT_KEY_NONOPT && !cli->source) {
         cli->source = strdup(arg);
         return cli->source ? 0 : -1;
@@ -79,7 +138,8 @@ static void usage(const char *prog)
     printf("usage: %s [options] SOURCE MOUNTPOINT\n"
            "       %s --check SOURCE\n\n"
            "Mounts a Tensorbit model read-only as a tree of tensors. SOURCE is a .tbm\n"
-           "container, a directory with manifest.json, or a bare .tb file.\n\n"
+           "container, a directory with manifest.json, a bare .tb file, or the URL of a\n"
+           ".tbm container on a web server (http:// or https://).\n\n"
            "tbmfs options:\n"
            "    --check                validate SOURCE, print its problems and exit\n"
            "                           (0: none, 1: problems, 2: SOURCE unusable)\n"
@@ -92,6 +152,10 @@ static void usage(const char *prog)
            "                           (raw.tb, weights.bin, mask.bin, unmasked fp32\n"
            "                           dense views) into a buffer instead of splicing\n"
            "                           them\n"
+           "    -o cache_size=BYTES    http(s):// SOURCE: block cache size (default 256M;\n"
+           "                           K, M, G allowed)\n"
+           "    -o http_header=\"Name: value\"  http(s):// SOURCE: a header sent with every\n"
+           "                           request (repeatable)\n"
            "    TBMFS_KERNELS=scalar|avx2|avx512 in the environment forces a kernel\n\n",
            prog, prog, MAX_READ_DEFAULT);
 }
@@ -134,16 +198,15 @@ static size_t print_messages(const char *source, const struct tbm_model *m, size
     return n;
 }
 
-static int run_check(const char *given, enum tbm_isa isa)
+static int run_check(const char *given, const struct tbm_open_options *opts)
 {
-    struct tbm_open_options opts = {.isa = isa};
     struct tbm_model *m;
     char err[1024], source[4096];
     size_t warnings = 0;
 
     /* every line printed is UTF-8, whatever bytes the path holds */
     tbm_text_clean(source, sizeof(source), given, strlen(given));
-    if (tbm_model_open(given, &opts, &m, err, sizeof(err)) < 0) {
+    if (tbm_model_open(given, opts, &m, err, sizeof(err)) < 0) {
         fprintf(stderr, "tbmfs: %s\n", err);
         return 2;
     }
@@ -243,6 +306,11 @@ int main(int argc, char *argv[])
 
     if (fuse_opt_parse(&args, &cli, cli_opts, cli_proc) != 0)
         goto out;
+    struct tbm_http_options http_opts = {
+        .cache_size = cli.cache_size ? cli.cache_size : TBM_HTTP_CACHE_DEFAULT,
+        .headers = (const char *const *)cli.http_headers,
+        .nheaders = cli.nheaders,
+        .timeout = cli.http_timeout ? cli.http_timeout : TBM_HTTP_TIMEOUT};
     raise_fd_limit();
     /* Snapshots of large files are allocated at open and freed at release,
      * often by another worker thread: a fixed threshold keeps them mapped
@@ -254,7 +322,8 @@ int main(int argc, char *argv[])
             fprintf(stderr, "tbmfs: --check needs a SOURCE\n");
             status = 2;
         } else {
-            status = select_isa(&isa) < 0 ? 2 : run_check(cli.source, isa);
+            struct tbm_open_options check_opts = {.http = &http_opts};
+            status = select_isa(&check_opts.isa) < 0 ? 2 : run_check(cli.source, &check_opts);
         }
         goto out;
     }
@@ -294,7 +363,7 @@ int main(int argc, char *argv[])
     }
     if (select_isa(&isa) < 0)
         goto out;
-    struct tbm_open_options open_opts = {.isa = isa, .strict = cli.strict};
+    struct tbm_open_options open_opts = {.isa = isa, .strict = cli.strict, .http = &http_opts};
     if (tbm_model_open(cli.source, &open_opts, &model, err, sizeof(err)) < 0) {
         fprintf(stderr, "tbmfs: %s\n", err);
         goto out;
@@ -329,6 +398,9 @@ out:
     tbm_model_close(model);
     free(opts.mountpoint);
     free(cli.source);
+    for (size_t i = 0; i < cli.nheaders; i++)
+        free(cli.http_headers[i]);
+    free(cli.http_headers);
     fuse_opt_free_args(&args);
     return status;
 }

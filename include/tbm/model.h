@@ -9,6 +9,7 @@
 #include <stddef.h>
 
 #include "tbm/kernels.h"
+#include "tbm/source.h"
 #include "tbm/status.h"
 
 struct tbm_model;
@@ -16,6 +17,7 @@ struct tbm_model;
 struct tbm_open_options {
     enum tbm_isa isa; /* kernels used for statistics and reported in model.json */
     bool strict;      /* refuse a model in which any tensor has a problem */
+    const struct tbm_http_options *http; /* for an http(s):// SOURCE; NULL: defaults */
 };
 
 /* Opens and validates path into *out. On failure returns a negative status
@@ -27,7 +29,7 @@ int tbm_model_open(const char *path, const struct tbm_open_options *opts, struct
 
 void tbm_model_close(struct tbm_model *model);
 
-/* The source's absolute path. */
+/* The source's absolute path, or its URL. */
 const char *tbm_model_path(const struct tbm_model *model);
 
 size_t tbm_model_tensor_count(const struct tbm_model *model);

@@ -31,6 +31,9 @@ struct tbm_source_ops {
      * reports what its latest response said). 0 or TBM_ERR_IO. */
     int (*identify)(struct tbm_source *src, struct tbm_source_id *out);
     void (*close)(struct tbm_source *src);
+    /* Optional: len bytes at off will be read soon, so a remote source may
+     * start fetching them alongside others. NULL for a local file. */
+    void (*prefetch)(struct tbm_source *src, uint64_t off, size_t len);
 };
 
 struct tbm_source {
@@ -57,6 +60,35 @@ static inline int tbm_source_read(struct tbm_source *src, void *buf, size_t len,
                                   size_t *got)
 {
     return src->ops->read(src, buf, len, off, got);
+}
+
+/* How an HTTP(S) source is read: its block cache's size, extra request
+ * headers, and how long a transfer may stall before it is retried. */
+struct tbm_http_options {
+    uint64_t cache_size;        /* bytes; at least 2 blocks (TBM_HTTP_CACHE_MIN) */
+    const char *const *headers; /* "Name: value", sent with every request */
+    size_t nheaders;
+    unsigned timeout; /* seconds of stall (and of connecting) before a try fails */
+};
+
+#define TBM_HTTP_CACHE_DEFAULT (256ull << 20)
+#define TBM_HTTP_CACHE_MIN     (2ull << 20)
+#define TBM_HTTP_TIMEOUT       30u
+
+/* Whether name is an http:// or https:// URL, which only tbm_source_open_http opens. */
+bool tbm_source_is_url(const char *name);
+
+/* Opens the file at url, which must answer range requests: its tail is
+ * fetched at once, the rest on demand through a block cache. On failure
+ * returns TBM_ERR_SOURCE (or TBM_ERR_NOMEM) with the reason in why. opts may
+ * be NULL for the defaults. */
+int tbm_source_open_http(const char *url, const struct tbm_http_options *opts,
+                         struct tbm_source **out, char *why, size_t whylen);
+
+static inline void tbm_source_prefetch(struct tbm_source *src, uint64_t off, size_t len)
+{
+    if (src->ops->prefetch)
+        src->ops->prefetch(src, off, len);
 }
 
 /* The size of the source now: TBM_ERR_IO when it cannot be known. */

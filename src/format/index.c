@@ -233,11 +233,28 @@ int tbm_for_each_span(struct tbm_opener *o, size_t n,
     return r;
 }
 
+/* A remote container fetches the headers of entries [first, end) of arr at
+ * once, and neighbouring ones in one request, before they are read one by
+ * one. A local file does nothing. */
+static void prefetch_headers(struct tbm_opener *o, struct json_object *arr, size_t first,
+                             size_t end)
+{
+    struct tbm_source *src = o->m->src;
+    uint64_t off;
+
+    if (o->m->kind != TBM_SOURCE_CONTAINER || !src->ops->prefetch)
+        return;
+    for (size_t i = first; i < end; i++)
+        if (tbm_json_get_u64(json_object_array_get_idx(arr, i), "offset", &off) == 1)
+            tbm_source_prefetch(src, off, TBM_READER_FIRST);
+}
+
 static int add_tensors(struct tbm_opener *o, size_t begin, size_t end)
 {
     struct tbm_reader rd = TBM_READER_INIT;
     int r = 0;
 
+    prefetch_headers(o, o->entries, begin, end);
     for (size_t i = begin; i < end && r == 0; i++)
         r = add_tensor(o, json_object_array_get_idx(o->entries, i), i, &rd);
     tbm_reader_free(&rd);
@@ -276,6 +293,7 @@ static int add_sliced(struct tbm_opener *o, size_t begin, size_t end)
             r = SLICE_INVALID;
             break;
         }
+        prefetch_headers(o, arr, 0, last - first);
         for (size_t i = first; i < last && r == 0; i++)
             r = add_tensor(o, json_object_array_get_idx(arr, i - first), i, &rd);
         json_object_put(arr);

@@ -44,12 +44,28 @@ static bool ends_with(const char *s, const char *suffix)
     return n >= k && strcmp(s + n - k, suffix) == 0;
 }
 
+/* A URL is always a container; its mtime is the server's Last-Modified. */
+static int open_http(struct tbm_opener *o)
+{
+    struct tbm_model *m = o->m;
+    char why[512];
+
+    int r = tbm_source_open_http(m->path, o->opts->http, &m->src, why, sizeof(why));
+    if (r < 0)
+        return tbm_open_fail(o, r, "%s", why);
+    m->mtime = m->src->id.mtime;
+    m->kind = TBM_SOURCE_CONTAINER;
+    return tbm_container_open(o);
+}
+
 static int open_source(struct tbm_opener *o)
 {
     struct tbm_model *m = o->m;
     struct stat st;
     const char *why;
 
+    if (tbm_source_is_url(m->path))
+        return open_http(o);
     if (stat(m->path, &st) < 0)
         return tbm_open_fail(o, TBM_ERR_SOURCE, "%s", strerror(errno));
     m->mtime = st.st_mtim;
@@ -119,7 +135,7 @@ int tbm_model_open(const char *path, const struct tbm_open_options *opts, struct
     }
     m->dirfd = -1;
     m->isa = opts->isa;
-    m->path = realpath(path, NULL);
+    m->path = tbm_source_is_url(path) ? strdup(path) : realpath(path, NULL);
     if (!m->path) {
         snprintf(err, errlen, "%s: %s", path, strerror(errno));
         r = TBM_ERR_SOURCE;

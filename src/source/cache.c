@@ -1,0 +1,475 @@
+/* The block cache of a remote source: a fixed set of 1 MiB slots, found by
+ * block number, evicted least recently used first; transfer threads fill
+ * them from a queue (readers' blocks before read-ahead), and every reader of
+ * a block waits for the one transfer that fills it. */
+#include "cache.h"
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+
+/* Blocks fetched ahead of a sequential reader, at most: 8 MiB in flight keeps
+ * several connections busy while the reader copies the block it has. */
+#define READAHEAD_MAX 8u
+
+enum slot_state { SLOT_FREE, SLOT_QUEUED, SLOT_LOADING, SLOT_READY, SLOT_FAILED };
+
+struct link {
+    struct link *prev, *next;
+};
+
+struct slot {
+    struct link link; /* in the free list, a queue, or the LRU list (READY) */
+    enum slot_state state;
+    uint64_t block;
+    unsigned refs;       /* readers holding or waiting for it */
+    bool used;           /* a reader asked for it, so the next block is a sequential read */
+    bool demand;         /* queued for a reader rather than ahead of one */
+    unsigned char *data; /* TBM_CACHE_BLOCK bytes of the cache's mapping */
+    size_t len;
+    struct slot *hnext;
+};
+
+struct tbm_cache {
+    struct tbm_cache_fetcher f;
+    unsigned char *map; /* every slot's bytes, touched (so resident) only once used */
+    size_t map_len;
+    uint64_t size;
+    size_t nslots;
+    struct slot *slots;
+    struct slot **buckets;
+    size_t nbuckets; /* a power of two */
+    struct link free, lru, demand_q, ahead_q;
+    unsigned readahead;
+    bool stale;
+    pthread_mutex_t lock;
+    pthread_cond_t done; /* a slot was filled, failed or let go */
+    pthread_cond_t work; /* a queue has a slot, or the threads are to stop */
+    unsigned slot_waiters;
+    unsigned max_workers, nworkers;
+    pthread_t *threads;
+    bool stop;
+    struct tbm_cache *all_prev, *all_next; /* every cache, for fork */
+};
+
+static void list_init(struct link *l)
+{
+    l->prev = l->next = l;
+}
+
+static bool list_empty(const struct link *l)
+{
+    return l->next == l;
+}
+
+static void list_del(struct link *e)
+{
+    e->prev->next = e->next;
+    e->next->prev = e->prev;
+    list_init(e);
+}
+
+static void list_push(struct link *head, struct link *e) /* at the front */
+{
+    e->next = head->next;
+    e->prev = head;
+    head->next->prev = e;
+    head->next = e;
+}
+
+static void list_append(struct link *head, struct link *e)
+{
+    list_push(head->prev, e);
+}
+
+static struct slot *slot_of(struct link *l)
+{
+    return (struct slot *)((char *)l - offsetof(struct slot, link));
+}
+
+/* Transfer threads do not survive fork (fuse_daemonize forks after the model
+ * is opened), so every cache's threads are stopped before a fork and started
+ * again by the next read that needs them, in whichever process that is. */
+static pthread_mutex_t all_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct tbm_cache *all_caches;
+static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
+
+static void stop_workers(struct tbm_cache *c)
+{
+    pthread_mutex_lock(&c->lock);
+    c->stop = true;
+    pthread_cond_broadcast(&c->work);
+    unsigned n = c->nworkers;
+    pthread_mutex_unlock(&c->lock);
+    for (unsigned i = 0; i < n; i++)
+        pthread_join(c->threads[i], NULL);
+    pthread_mutex_lock(&c->lock);
+    c->nworkers = 0;
+    c->stop = false;
+    pthread_mutex_unlock(&c->lock);
+}
+
+static void before_fork(void)
+{
+    pthread_mutex_lock(&all_lock);
+    for (struct tbm_cache *c = all_caches; c; c = c->all_next)
+        stop_workers(c);
+}
+
+static void after_fork(void)
+{
+    pthread_mutex_unlock(&all_lock);
+}
+
+static void register_atfork(void)
+{
+    pthread_atfork(before_fork, after_fork, after_fork);
+}
+
+static size_t bucket(const struct tbm_cache *c, uint64_t block)
+{
+    return (size_t)((block * 0x9E3779B97F4A7C15ull) >> 17) & (c->nbuckets - 1);
+}
+
+static struct slot *lookup(const struct tbm_cache *c, uint64_t block)
+{
+    for (struct slot *s = c->buckets[bucket(c, block)]; s; s = s->hnext)
+        if (s->block == block)
+            return s;
+    return NULL;
+}
+
+static void unhash(struct tbm_cache *c, struct slot *s)
+{
+    struct slot **p = &c->buckets[bucket(c, s->block)];
+
+    while (*p != s)
+        p = &(*p)->hnext;
+    *p = s->hnext;
+    s->hnext = NULL;
+}
+
+/* Back to the free list; its memory too when the source changed, so that a
+ * changed source holds none. */
+static void release(struct tbm_cache *c, struct slot *s)
+{
+    unhash(c, s);
+    list_del(&s->link);
+    s->state = SLOT_FREE;
+    if (c->stale)
+        madvise(s->data, TBM_CACHE_BLOCK, MADV_DONTNEED);
+    list_push(&c->free, &s->link);
+    if (c->slot_waiters)
+        pthread_cond_broadcast(&c->done);
+}
+
+/* A free slot, or the least recently used filled one nobody holds; for a
+ * fetch ahead (spare), only one that a reader has read already. */
+static struct slot *take_slot(struct tbm_cache *c, bool spare)
+{
+    if (!list_empty(&c->free)) {
+        struct slot *s = slot_of(c->free.next);
+        list_del(&s->link);
+        return s;
+    }
+    for (struct link *l = c->lru.prev; l != &c->lru; l = l->prev) {
+        struct slot *s = slot_of(l);
+        if (s->refs == 0 && (!spare || s->used)) {
+            unhash(c, s);
+            list_del(&s->link);
+            return s;
+        }
+    }
+    return NULL;
+}
+
+static void *worker_main(void *arg);
+
+static void start_workers(struct tbm_cache *c)
+{
+    while (c->nworkers < c->max_workers) {
+        if (pthread_create(&c->threads[c->nworkers], NULL, worker_main, c) != 0)
+            break;
+        c->nworkers++;
+    }
+}
+
+static void enqueue(struct tbm_cache *c, struct slot *s, uint64_t block, bool demand)
+{
+    struct slot **b = &c->buckets[bucket(c, block)];
+
+    s->block = block;
+    s->state = SLOT_QUEUED;
+    s->refs = 0;
+    s->used = false;
+    s->demand = demand;
+    s->hnext = *b;
+    *b = s;
+    list_append(demand ? &c->demand_q : &c->ahead_q, &s->link);
+    start_workers(c);
+    pthread_cond_signal(&c->work);
+}
+
+static int load(struct tbm_cache *c, void *w, struct slot *s)
+{
+    uint64_t off = s->block * TBM_CACHE_BLOCK;
+    uint64_t left = c->size - off;
+
+    s->len = left < TBM_CACHE_BLOCK ? (size_t)left : TBM_CACHE_BLOCK;
+    if (!w)
+        return TBM_ERR_NOMEM;
+    return c->f.fetch(c->f.ctx, w, off, s->data, s->len);
+}
+
+static void *worker_main(void *arg)
+{
+    struct tbm_cache *c = arg;
+    void *w = c->f.worker_new(c->f.ctx);
+
+    pthread_mutex_lock(&c->lock);
+    for (;;) {
+        while (!c->stop && list_empty(&c->demand_q) && list_empty(&c->ahead_q))
+            pthread_cond_wait(&c->work, &c->lock);
+        if (c->stop)
+            break;
+        struct link *q = list_empty(&c->demand_q) ? &c->ahead_q : &c->demand_q;
+        struct slot *s = slot_of(q->next);
+        list_del(&s->link);
+        s->state = SLOT_LOADING;
+        int r = c->stale ? TBM_ERR_IO : 0;
+        if (r == 0) {
+            pthread_mutex_unlock(&c->lock);
+            r = load(c, w, s);
+            pthread_mutex_lock(&c->lock);
+        }
+        if (r == 0 && !c->stale) {
+            s->state = SLOT_READY;
+            list_push(&c->lru, &s->link);
+        } else {
+            s->state = SLOT_FAILED;
+            if (s->refs == 0)
+                release(c, s);
+        }
+        pthread_cond_broadcast(&c->done);
+    }
+    pthread_mutex_unlock(&c->lock);
+    if (w)
+        c->f.worker_free(c->f.ctx, w);
+    return NULL;
+}
+
+/* Queues the blocks after block for a reader that reads on sequentially:
+ * one that read the block before too. Only free or idle slots are taken. */
+static void read_ahead(struct tbm_cache *c, uint64_t block)
+{
+    struct slot *prev = block > 0 ? lookup(c, block - 1) : NULL;
+
+    if (c->readahead == 0 || (block > 0 && !(prev && prev->used)))
+        return;
+    for (unsigned i = 1; i <= c->readahead; i++) {
+        uint64_t b = block + i;
+        if (b > (c->size - 1) / TBM_CACHE_BLOCK)
+            return;
+        if (lookup(c, b))
+            continue;
+        struct slot *s = take_slot(c, true);
+        if (!s)
+            return;
+        enqueue(c, s, b, false);
+    }
+}
+
+/* The slot of block, filled, with a reference held; called and returns
+ * with the lock held. */
+static int acquire(struct tbm_cache *c, uint64_t block, struct slot **out)
+{
+    for (;;) {
+        if (c->stale)
+            return TBM_ERR_IO;
+        struct slot *s = lookup(c, block);
+        if (!s) {
+            if (!(s = take_slot(c, false))) {
+                c->slot_waiters++;
+                pthread_cond_wait(&c->done, &c->lock);
+                c->slot_waiters--;
+                continue;
+            }
+            enqueue(c, s, block, true);
+        }
+        if (s->state == SLOT_QUEUED && !s->demand) {
+            list_del(&s->link);
+            list_append(&c->demand_q, &s->link);
+            s->demand = true;
+        }
+        s->refs++;
+        s->used = true;
+        while (s->state == SLOT_QUEUED || s->state == SLOT_LOADING) {
+            start_workers(c); /* they may have been stopped for a fork */
+            pthread_cond_wait(&c->done, &c->lock);
+        }
+        if (s->state == SLOT_READY) {
+            list_del(&s->link);
+            list_push(&c->lru, &s->link);
+            *out = s;
+            return 0;
+        }
+        if (--s->refs == 0)
+            release(c, s);
+        return TBM_ERR_IO;
+    }
+}
+
+static void put(struct tbm_cache *c, struct slot *s)
+{
+    if (--s->refs > 0)
+        return;
+    if (s->state != SLOT_READY || c->stale)
+        release(c, s);
+    else if (c->slot_waiters)
+        pthread_cond_broadcast(&c->done);
+}
+
+int tbm_cache_read(struct tbm_cache *c, void *buf, size_t len, uint64_t off, size_t *got)
+{
+    size_t done = 0;
+    int r = 0;
+
+    *got = 0;
+    pthread_mutex_lock(&c->lock);
+    if (c->stale) {
+        r = TBM_ERR_IO;
+        goto out;
+    }
+    if (off >= c->size)
+        goto out;
+    if (len > c->size - off)
+        len = (size_t)(c->size - off);
+    while (done < len) {
+        uint64_t pos = off + done, block = pos / TBM_CACHE_BLOCK;
+        struct slot *s;
+        if ((r = acquire(c, block, &s)) < 0)
+            goto out;
+        read_ahead(c, block);
+        size_t in = (size_t)(pos - block * TBM_CACHE_BLOCK);
+        size_t n = s->len - in < len - done ? s->len - in : len - done;
+        /* The reference keeps the slot's bytes; the copy needs no lock. */
+        pthread_mutex_unlock(&c->lock);
+        memcpy((char *)buf + done, s->data + in, n);
+        pthread_mutex_lock(&c->lock);
+        put(c, s);
+        done += n;
+    }
+    *got = done;
+out:
+    pthread_mutex_unlock(&c->lock);
+    return r;
+}
+
+void tbm_cache_invalidate(struct tbm_cache *c)
+{
+    pthread_mutex_lock(&c->lock);
+    c->stale = true;
+    while (!list_empty(&c->demand_q) || !list_empty(&c->ahead_q)) {
+        struct link *q = list_empty(&c->demand_q) ? &c->ahead_q : &c->demand_q;
+        struct slot *s = slot_of(q->next);
+        s->state = SLOT_FAILED;
+        list_del(&s->link);
+        if (s->refs == 0)
+            release(c, s);
+    }
+    for (struct link *l = c->lru.next, *next; l != &c->lru; l = next) {
+        next = l->next;
+        struct slot *s = slot_of(l);
+        if (s->refs == 0)
+            release(c, s);
+    }
+    pthread_cond_broadcast(&c->done);
+    pthread_mutex_unlock(&c->lock);
+}
+
+int tbm_cache_new(const struct tbm_cache_fetcher *f, uint64_t size, uint64_t cache_bytes,
+                  unsigned workers, struct tbm_cache **out)
+{
+    struct tbm_cache *c = calloc(1, sizeof(*c));
+    uint64_t n = cache_bytes / TBM_CACHE_BLOCK;
+
+    *out = NULL;
+    if (!c)
+        return TBM_ERR_NOMEM;
+    /* Never more slots than blocks: a small file's cache costs only its size. */
+    if (n > size / TBM_CACHE_BLOCK + 1)
+        n = size / TBM_CACHE_BLOCK + 1;
+    c->nslots = n < 2 ? 2 : (size_t)n;
+    c->nbuckets = 1;
+    while (c->nbuckets < 2 * c->nslots)
+        c->nbuckets *= 2;
+    c->slots = calloc(c->nslots, sizeof(*c->slots));
+    c->buckets = calloc(c->nbuckets, sizeof(*c->buckets));
+    c->threads = calloc(workers ? workers : 1, sizeof(*c->threads));
+    /* One mapping for all slots: only what is filled becomes resident, and a
+     * changed source's blocks go back to the system at once (MADV_DONTNEED). */
+    c->map_len = c->nslots * (size_t)TBM_CACHE_BLOCK;
+    void *map = mmap(NULL, c->map_len, PROT_READ | PROT_WRITE,
+                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    c->map = map == MAP_FAILED ? NULL : map;
+    if (!c->slots || !c->buckets || !c->threads || !c->map) {
+        if (c->map)
+            munmap(c->map, c->map_len);
+        free(c->slots);
+        free(c->buckets);
+        free(c->threads);
+        free(c);
+        return TBM_ERR_NOMEM;
+    }
+    c->f = *f;
+    c->size = size;
+    c->max_workers = workers ? workers : 1;
+    /* Read-ahead takes at most a quarter of the slots, so that it cannot
+     * push out what concurrent readers are working on. */
+    c->readahead = (unsigned)(c->nslots / 4 < READAHEAD_MAX ? c->nslots / 4 : READAHEAD_MAX);
+    list_init(&c->free);
+    list_init(&c->lru);
+    list_init(&c->demand_q);
+    list_init(&c->ahead_q);
+    for (size_t i = 0; i < c->nslots; i++) {
+        c->slots[i].data = c->map + i * (size_t)TBM_CACHE_BLOCK;
+        list_push(&c->free, &c->slots[i].link);
+    }
+    pthread_mutex_init(&c->lock, NULL);
+    pthread_cond_init(&c->done, NULL);
+    pthread_cond_init(&c->work, NULL);
+    pthread_once(&atfork_once, register_atfork);
+    pthread_mutex_lock(&all_lock);
+    c->all_next = all_caches;
+    if (all_caches)
+        all_caches->all_prev = c;
+    all_caches = c;
+    pthread_mutex_unlock(&all_lock);
+    *out = c;
+    return 0;
+}
+
+void tbm_cache_free(struct tbm_cache *c)
+{
+    if (!c)
+        return;
+    pthread_mutex_lock(&all_lock);
+    if (c->all_prev)
+        c->all_prev->all_next = c->all_next;
+    else
+        all_caches = c->all_next;
+    if (c->all_next)
+        c->all_next->all_prev = c->all_prev;
+    pthread_mutex_unlock(&all_lock);
+    stop_workers(c);
+    munmap(c->map, c->map_len);
+    pthread_mutex_destroy(&c->lock);
+    pthread_cond_destroy(&c->done);
+    pthread_cond_destroy(&c->work);
+    free(c->slots);
+    free(c->buckets);
+    free(c->threads);
+    free(c);
+}

@@ -1,0 +1,42 @@
+/* The block cache of a remote source (not installed): fixed-size blocks
+ * fetched by a few transfer threads, shared by every reader, bounded. */
+#ifndef TBM_SOURCE_CACHE_H
+#define TBM_SOURCE_CACHE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "tbm/status.h"
+
+#define TBM_CACHE_BLOCK (1u << 20)
+
+/* How blocks are fetched. Each transfer thread owns the state worker_new
+ * gives it (a connection), so that a thread's transfers reuse it. */
+struct tbm_cache_fetcher {
+    void *ctx;
+    void *(*worker_new)(void *ctx);
+    void (*worker_free)(void *ctx, void *worker);
+    /* Fills exactly len bytes at off; 0, TBM_ERR_IO or TBM_ERR_NOMEM. Called
+     * without any lock of the cache held. */
+    int (*fetch)(void *ctx, void *worker, uint64_t off, void *buf, size_t len);
+};
+
+struct tbm_cache;
+
+/* A cache of a source of size bytes holding at most cache_bytes of blocks
+ * (at least two), fetched by up to workers threads. TBM_ERR_NOMEM. */
+int tbm_cache_new(const struct tbm_cache_fetcher *f, uint64_t size, uint64_t cache_bytes,
+                  unsigned workers, struct tbm_cache **out);
+
+/* Reads up to len bytes at off, short only at the end of the source; reading
+ * on from where a reader left off fetches the next blocks ahead of it. 0,
+ * TBM_ERR_IO or TBM_ERR_NOMEM. */
+int tbm_cache_read(struct tbm_cache *c, void *buf, size_t len, uint64_t off, size_t *got);
+
+/* The source changed: every block is dropped and every read from now on
+ * fails with TBM_ERR_IO. Safe from a fetch callback. */
+void tbm_cache_invalidate(struct tbm_cache *c);
+
+void tbm_cache_free(struct tbm_cache *c);
+
+#endif
