@@ -29,6 +29,9 @@ struct cli {
     char **http_headers;
     size_t nheaders;
     unsigned http_timeout; /* hidden: lets the tests stall a transfer for seconds, not 30 */
+    /* -o uid=, gid=, umask=: in place of the source's owner and modes */
+    unsigned uid, gid, umask;
+    int set_uid, set_gid, set_umask;
 };
 
 /* Bytes per read request. Smaller than the kernel's 1 MiB ceiling on
@@ -49,6 +52,12 @@ static const struct fuse_opt cli_opts[] = {
     FUSE_OPT_KEY("cache_size=", KEY_CACHE_SIZE),
     FUSE_OPT_KEY("http_header=", KEY_HTTP_HEADER),
     {"http_timeout=%u", offsetof(struct cli, http_timeout), 0},
+    {"uid=%u", offsetof(struct cli, uid), 0},
+    {"uid=", offsetof(struct cli, set_uid), 1},
+    {"gid=%u", offsetof(struct cli, gid), 0},
+    {"gid=", offsetof(struct cli, set_gid), 1},
+    {"umask=%o", offsetof(struct cli, umask), 0},
+    {"umask=", offsetof(struct cli, set_umask), 1},
     FUSE_OPT_END,
 };
 
@@ -189,12 +198,11 @@ static int select_isa(enum tbm_isa *isa)
 /* Prints tensor t's problems or warnings; returns how many. */
 static size_t print_messages(const char *source, const struct tbm_model *m, size_t t, bool problems)
 {
-    size_t n;
-    const char *const *items = tbm_model_tensor_messages(m, t, problems, &n);
+    size_t n = tbm_model_tensor_message_count(m, t, problems);
 
     for (size_t i = 0; i < n; i++)
         printf("%s: tensor %s: %s: %s\n", source, tbm_model_tensor_dir(m, t),
-               problems ? "problem" : "warning", items[i]);
+               problems ? "problem" : "warning", tbm_model_tensor_message(m, t, problems, i));
     return n;
 }
 
@@ -210,6 +218,12 @@ static int run_check(const char *given, const struct tbm_open_options *opts)
         fprintf(stderr, "tbmfs: %s\n", err);
         return 2;
     }
+    /* --check reads every mask and weight: the statistics' warnings too */
+    if (tbm_model_compute_stats(m) < 0) {
+        fprintf(stderr, "tbmfs: %s: out of memory computing statistics\n", source);
+        tbm_model_close(m);
+        return 2;
+    }
     size_t n = tbm_model_tensor_count(m), broken = tbm_model_problem_tensors(m);
     for (size_t i = 0; i < n; i++) {
         print_messages(source, m, i, true);
@@ -220,6 +234,26 @@ static int run_check(const char *given, const struct tbm_open_options *opts)
     int status = broken ? 1 : 0;
     tbm_model_close(m);
     return status;
+}
+
+/* Every file and directory belongs to the source's owner and group, files
+ * with the source's read bits, directories those plus the matching execute
+ * bits: a private model stays private under -o allow_other (the kernel
+ * checks them: default_permissions). -o uid, gid and umask override. */
+static void set_ownership(struct tbm_fs *fs, const struct tbm_model *model, const struct cli *cli)
+{
+    unsigned uid, gid, mode;
+
+    tbm_model_owner(model, &uid, &gid, &mode);
+    fs->uid = cli->set_uid ? cli->uid : uid;
+    fs->gid = cli->set_gid ? cli->gid : gid;
+    if (cli->set_umask) {
+        fs->file_mode = 0444 & ~cli->umask;
+        fs->dir_mode = 0555 & ~cli->umask;
+    } else {
+        fs->file_mode = mode & 0444;
+        fs->dir_mode = fs->file_mode | (fs->file_mode >> 2);
+    }
 }
 
 /* fsname shows in /proc/mounts; commas and backslashes would split or
@@ -389,8 +423,8 @@ int main(int argc, char *argv[])
      * thread of its own beside the FUSE workers; more BLAS threads would only
      * fight those workers for the CPUs and skew the comparison. */
     openblas_set_num_threads(1);
-    struct tbm_fs fs = {
-        .uid = getuid(), .gid = getgid(), .max_read = cli.max_read, .splice = !cli.nosplice};
+    struct tbm_fs fs = {.max_read = cli.max_read, .splice = !cli.nosplice};
+    set_ownership(&fs, model, &cli);
     tbm_fs_init(&fs, views);
     status = serve(&args, &opts, &fs);
 out:

@@ -32,6 +32,10 @@ void tbm_model_close(struct tbm_model *model);
 /* The source's absolute path, or its URL. */
 const char *tbm_model_path(const struct tbm_model *model);
 
+/* The source's owner, group and permission bits (a manifest directory's;
+ * the mounting user's and 0444 for a URL). */
+void tbm_model_owner(const struct tbm_model *model, unsigned *uid, unsigned *gid, unsigned *mode);
+
 size_t tbm_model_tensor_count(const struct tbm_model *model);
 
 /* Tensors with at least one problem. */
@@ -40,8 +44,16 @@ size_t tbm_model_problem_tensors(const struct tbm_model *model);
 /* Tensor t's directory name under tensors/. */
 const char *tbm_model_tensor_dir(const struct tbm_model *model, size_t t);
 
-/* Tensor t's problems (problems true) or warnings, *count of them. */
-const char *const *tbm_model_tensor_messages(const struct tbm_model *model, size_t t, bool problems,
-                                             size_t *count);
+/* Computes every tensor's mask statistics (the mount computes them only
+ * when first needed), in parallel; 0 or TBM_ERR_NOMEM. */
+int tbm_model_compute_stats(const struct tbm_model *model);
+
+/* The number of tensor t's problems (problems true) or warnings, the
+ * warnings of its statistics included (which computes them). */
+size_t tbm_model_tensor_message_count(const struct tbm_model *model, size_t t, bool problems);
+
+/* Message i of those. */
+const char *tbm_model_tensor_message(const struct tbm_model *model, size_t t, bool problems,
+                                     size_t i);
 
 #endif

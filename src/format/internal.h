@@ -120,7 +120,7 @@ int tbm_entry_parse(struct json_object *entry, size_t i, struct tbm_tensor *t, s
  * tensors of a large index lie side by side, and one pread per window rather
  * than per header or region saved a third of a 100,000-tensor mount. */
 #define TBM_READER_WINDOW (256u << 10)
-#define TBM_READER_FIRST  (16u << 10)
+#define TBM_READER_FIRST  4096u
 struct tbm_reader {
     struct tbm_source *src; /* whose bytes buf holds; NULL for none */
     uint64_t start;
@@ -192,14 +192,15 @@ int tbm_container_open(struct tbm_opener *o); /* index length, then tbm_index_re
 int tbm_manifest_open(struct tbm_opener *o);  /* manifest.json, then tbm_index_read */
 int tbm_bare_open(struct tbm_opener *o);      /* one blob, its index synthesized */
 int tbm_index_read(struct tbm_opener *o, struct tbm_source *src, uint64_t off, uint64_t len,
-                   const char *what);     /* JSON read and split or parsed */
-int tbm_index_load(struct tbm_opener *o); /* every entry into a tensor record */
-int tbm_dirs_assign(struct tbm_model *m); /* directory names, unique */
+                   const char *what);              /* JSON read and split or parsed */
+int tbm_index_load(struct tbm_opener *o);          /* every entry into a tensor record */
+int tbm_dirs_assign(struct tbm_model *m);          /* directory names, unique */
 int tbm_dirs_warn_duplicates(struct tbm_model *m); /* each names the others */
 void tbm_dirs_free(struct tbm_model *m);
-int tbm_misplaced_find(struct tbm_opener *o); /* blobs the merge script misplaced */
-int tbm_overlaps_check(struct tbm_model *m);  /* blobs that reach into others are broken */
-int tbm_stats_count(struct tbm_opener *o);    /* mask statistics and their warnings */
+int tbm_misplaced_find(struct tbm_opener *o);  /* blobs the merge script misplaced */
+int tbm_overlaps_check(struct tbm_model *m);   /* blobs that reach into others are broken */
+int tbm_stats_table_init(struct tbm_model *m); /* room for statistics computed later */
+void tbm_stats_table_free(struct tbm_model *m);
 void tbm_tensors_free(struct tbm_model *m);
 
 #endif

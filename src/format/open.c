@@ -54,6 +54,10 @@ static int open_http(struct tbm_opener *o)
     if (r < 0)
         return tbm_open_fail(o, r, "%s", why);
     m->mtime = m->src->id.mtime;
+    /* a web server has no owner here: the mounting user's, readable */
+    m->owner_uid = (unsigned)getuid();
+    m->owner_gid = (unsigned)getgid();
+    m->owner_mode = 0444;
     m->kind = TBM_SOURCE_CONTAINER;
     return tbm_container_open(o);
 }
@@ -69,6 +73,9 @@ static int open_source(struct tbm_opener *o)
     if (stat(m->path, &st) < 0)
         return tbm_open_fail(o, TBM_ERR_SOURCE, "%s", strerror(errno));
     m->mtime = st.st_mtim;
+    m->owner_uid = (unsigned)st.st_uid;
+    m->owner_gid = (unsigned)st.st_gid;
+    m->owner_mode = (unsigned)st.st_mode & 07777;
     if (S_ISDIR(st.st_mode)) {
         m->kind = TBM_SOURCE_MANIFEST;
         m->dirfd = open(m->path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -104,8 +111,8 @@ static int build_table(struct tbm_opener *o)
     if (tbm_dirs_assign(m) < 0 || tbm_dirs_warn_duplicates(m) < 0 ||
         (m->kind == TBM_SOURCE_CONTAINER && tbm_overlaps_check(m) < 0))
         return tbm_open_fail(o, TBM_ERR_NOMEM, "out of memory");
-    if ((r = tbm_stats_count(o)) < 0)
-        return tbm_open_fail(o, r, "out of memory computing statistics");
+    if (tbm_stats_table_init(m) < 0)
+        return tbm_open_fail(o, TBM_ERR_NOMEM, "out of memory");
     const struct tbm_tensor *first = NULL;
     for (size_t i = 0; i < m->ntensors; i++) {
         if (m->tensors[i].problems.count == 0)
@@ -185,6 +192,7 @@ void tbm_model_close(struct tbm_model *m)
     json_object_put(m->config);
     free(m->architecture);
     tbm_dirs_free(m);
+    tbm_stats_table_free(m);
     free(m->index_json);
     free(m->path);
     free(m);
@@ -193,6 +201,13 @@ void tbm_model_close(struct tbm_model *m)
 const char *tbm_model_path(const struct tbm_model *m)
 {
     return m->path;
+}
+
+void tbm_model_owner(const struct tbm_model *m, unsigned *uid, unsigned *gid, unsigned *mode)
+{
+    *uid = m->owner_uid;
+    *gid = m->owner_gid;
+    *mode = m->owner_mode;
 }
 
 size_t tbm_model_tensor_count(const struct tbm_model *m)
@@ -210,11 +225,24 @@ const char *tbm_model_tensor_dir(const struct tbm_model *m, size_t t)
     return m->tensors[t].dir;
 }
 
-const char *const *tbm_model_tensor_messages(const struct tbm_model *m, size_t t, bool problems,
-                                             size_t *count)
+size_t tbm_model_tensor_message_count(const struct tbm_model *m, size_t t, bool problems)
 {
-    const struct tbm_strlist *list = problems ? &m->tensors[t].problems : &m->tensors[t].warnings;
+    const struct tbm_tensor *tensor = &m->tensors[t];
+    const struct tbm_tensor_stats *st;
 
-    *count = list->count;
-    return (const char *const *)list->items;
+    if (problems)
+        return tensor->problems.count;
+    st = tbm_tensor_stats(m, t);
+    return tensor->warnings.count + (st ? st->nwarnings : 0);
+}
+
+const char *tbm_model_tensor_message(const struct tbm_model *m, size_t t, bool problems, size_t i)
+{
+    const struct tbm_tensor *tensor = &m->tensors[t];
+
+    if (problems)
+        return tensor->problems.items[i];
+    if (i < tensor->warnings.count)
+        return tensor->warnings.items[i];
+    return tbm_tensor_stats(m, t)->warnings[i - tensor->warnings.count];
 }

@@ -1,105 +1,192 @@
-/* Mask statistics of every tensor (kept, groups over N, mask conflicts),
- * read in chunks through the source, and the warnings they raise. */
+/* Mask statistics of each tensor (kept, groups over N, mask conflicts) and
+ * the warnings they raise, computed the first time something needs them:
+ * the mount reads the index and the headers only, so that it takes the same
+ * time for a 100 MB and a 100 GB model. */
 #include "internal.h"
 
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-/* Elements counted per step: TBM_COUNT_CHUNK of the widest precision and
- * their mask words (at most one byte per element, for m = 1). */
+/* Elements counted per step: COUNT_CHUNK of the widest precision and their
+ * mask words (at most one byte per element, for m = 1). */
 #define COUNT_CHUNK (256u * 1024u)
+
+/* Locks that guard the first computation of a tensor's statistics, shared
+ * out by tensor index: two readers of one tensor compute once, readers of
+ * two tensors rarely wait for each other. */
+#define LOCKS 64
+
+struct slot {
+    atomic_bool ready;
+    struct tbm_tensor_stats stats;
+    char *text[2];
+};
+
+struct tbm_stats_table {
+    pthread_mutex_t locks[LOCKS];
+    struct slot *slots;
+    size_t n;
+};
+
+int tbm_stats_table_init(struct tbm_model *m)
+{
+    struct tbm_stats_table *st = calloc(1, sizeof(*st));
+
+    if (!st || !(st->slots = calloc(m->ntensors ? m->ntensors : 1, sizeof(*st->slots)))) {
+        free(st);
+        return TBM_ERR_NOMEM;
+    }
+    st->n = m->ntensors;
+    for (size_t i = 0; i < LOCKS; i++)
+        pthread_mutex_init(&st->locks[i], NULL);
+    m->stats = st;
+    return 0;
+}
+
+void tbm_stats_table_free(struct tbm_model *m)
+{
+    struct tbm_stats_table *st = m->stats;
+
+    if (!st)
+        return;
+    for (size_t i = 0; i < st->n; i++) {
+        free(st->slots[i].text[0]);
+        free(st->slots[i].text[1]);
+    }
+    for (size_t i = 0; i < LOCKS; i++)
+        pthread_mutex_destroy(&st->locks[i]);
+    free(st->slots);
+    free(st);
+    m->stats = NULL;
+}
 
 struct count_buf {
     void *weights;
     uint8_t *mask;
 };
 
-static int count_buf_init(struct count_buf *buf)
-{
-    buf->weights = malloc(COUNT_CHUNK * 8);
-    buf->mask = malloc(COUNT_CHUNK);
-    return buf->weights && buf->mask ? 0 : TBM_ERR_NOMEM;
-}
-
-static void count_buf_free(struct count_buf *buf)
-{
-    free(buf->weights);
-    free(buf->mask);
-}
-
-static int count_blob(struct tbm_tensor *t, enum tbm_isa isa, struct count_buf *buf,
-                      struct tbm_reader *rd)
+static int count_blob(const struct tbm_tensor *t, enum tbm_isa isa, struct count_buf *buf,
+                      struct tbm_mask_stats *out)
 {
     const struct tbm_blob_header *h = &t->hdr;
     size_t es = tbm_precision_size(h->precision);
     uint32_t m = h->nm_m;
     uint64_t chunk = COUNT_CHUNK - COUNT_CHUNK % m;
 
-    memset(&t->stats, 0, sizeof(t->stats));
+    memset(out, 0, sizeof(*out));
     for (uint64_t i = 0; i < h->num_weights; i += chunk) {
         uint64_t n = h->num_weights - i < chunk ? h->num_weights - i : chunk;
         uint64_t groups = n / m + (n % m != 0);
-        uint64_t moff;
-        size_t mlen;
-        tbm_mask_stored(t, i / m, groups, &moff, &mlen);
-        int r = tbm_reader_read(rd, t->src, buf->weights, n * es, t->weights.off + i * es);
+        int r = tbm_source_read_full(t->src, buf->weights, n * es, t->weights.off + i * es);
         if (r == 0)
-            r = tbm_reader_read(rd, t->src, buf->mask, mlen, moff);
-        if (r == 0)
-            tbm_mask_widen(t, groups, buf->mask, mlen);
-        if (r == TBM_ERR_NOMEM)
-            return r;
+            r = tbm_mask_read(t, i / m, groups, buf->mask);
         if (r < 0)
-            return tbm_strlist_addf(&t->problems, "payload cannot be read for statistics");
-        tbm_mask_count(isa, h->precision, buf->weights, buf->mask, h->nm_n, m, n, &t->stats);
+            return r;
+        tbm_mask_count(isa, h->precision, buf->weights, buf->mask, h->nm_n, m, n, out);
     }
-    t->stats_known = true;
     return 0;
 }
 
-static int warn_stats(struct tbm_tensor *t)
-{
-    int r = 0;
+static int add_text(struct slot *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
-    if (!t->stats_known)
-        return 0;
-    if (t->stats.groups_over_n)
-        r = tbm_strlist_addf(&t->warnings, "%llu groups keep more than nm_n = %u elements",
-                             (unsigned long long)t->stats.groups_over_n, t->hdr.nm_n);
-    if (r == 0 && t->stats.mask_conflicts)
-        r = tbm_strlist_addf(&t->warnings, "%llu pruned elements have a non-zero stored weight",
-                             (unsigned long long)t->stats.mask_conflicts);
-    return r;
+static int add_text(struct slot *s, const char *fmt, ...)
+{
+    va_list ap;
+    char *text;
+
+    va_start(ap, fmt);
+    int n = vasprintf(&text, fmt, ap);
+    va_end(ap);
+    if (n < 0)
+        return TBM_ERR_NOMEM;
+    s->text[s->stats.nwarnings] = text;
+    s->stats.warnings[s->stats.nwarnings++] = text;
+    return 0;
 }
 
-static int count_span(struct tbm_opener *o, size_t begin, size_t end)
+/* Fills s for tensor t: only a sound tensor with an applied mask is read. */
+static int compute(const struct tbm_model *m, const struct tbm_tensor *t, struct slot *s)
 {
-    struct tbm_model *m = o->m;
+    struct tbm_tensor_stats *st = &s->stats;
     struct count_buf buf = {0};
-    struct tbm_reader rd = TBM_READER_INIT;
     int r = 0;
 
-    for (size_t i = begin; i < end && r == 0; i++) {
-        struct tbm_tensor *t = &m->tensors[i];
-        if (!t->header_sound || !t->weights.ok)
-            continue;
-        if (t->hdr.nm_m == 0) {
-            t->stats.kept = t->hdr.num_weights;
-            t->stats_known = true;
-        } else if (t->mask_usable && t->mask.ok) {
-            if (!buf.weights && (r = count_buf_init(&buf)) < 0)
-                break;
-            r = count_blob(t, m->isa, &buf, &rd);
-        }
-        if (r == 0)
-            r = warn_stats(t);
+    if (!t->header_sound || !t->weights.ok)
+        return 0;
+    if (t->hdr.nm_m == 0) {
+        st->counts.kept = t->hdr.num_weights;
+        st->known = true;
+        return 0;
     }
-    count_buf_free(&buf);
-    tbm_reader_free(&rd);
+    if (!t->mask_usable || !t->mask.ok)
+        return 0;
+    buf.weights = malloc(COUNT_CHUNK * 8);
+    buf.mask = malloc(COUNT_CHUNK + 8);
+    if (!buf.weights || !buf.mask) {
+        r = TBM_ERR_NOMEM;
+        goto out;
+    }
+    r = count_blob(t, m->isa, &buf, &st->counts);
+    if (r == TBM_ERR_IO) {
+        /* everything else was fixed at mount; these stay null, and say why */
+        r = add_text(s, "statistics unknown: the source could not be read when they were "
+                        "first needed (it changed or shrank since the mount)");
+        goto out;
+    }
+    if (r < 0)
+        goto out;
+    st->known = true;
+    if (st->counts.groups_over_n)
+        r = add_text(s, "%llu groups keep more than nm_n = %u elements",
+                     (unsigned long long)st->counts.groups_over_n, t->hdr.nm_n);
+    if (r == 0 && st->counts.mask_conflicts)
+        r = add_text(s, "%llu pruned elements have a non-zero stored weight",
+                     (unsigned long long)st->counts.mask_conflicts);
+out:
+    free(buf.weights);
+    free(buf.mask);
     return r;
 }
 
-int tbm_stats_count(struct tbm_opener *o)
+const struct tbm_tensor_stats *tbm_tensor_stats(const struct tbm_model *m, size_t t)
 {
-    return tbm_for_each_span(o, o->m->ntensors, count_span);
+    struct tbm_stats_table *st = m->stats;
+    struct slot *s = &st->slots[t];
+
+    if (atomic_load_explicit(&s->ready, memory_order_acquire))
+        return &s->stats;
+    pthread_mutex_t *lock = &st->locks[t % LOCKS];
+    pthread_mutex_lock(lock);
+    if (!atomic_load_explicit(&s->ready, memory_order_relaxed)) {
+        if (compute(m, &m->tensors[t], s) < 0) {
+            free(s->text[0]);
+            free(s->text[1]);
+            memset(s, 0, sizeof(*s));
+            pthread_mutex_unlock(lock);
+            return NULL;
+        }
+        atomic_store_explicit(&s->ready, true, memory_order_release);
+    }
+    pthread_mutex_unlock(lock);
+    return &s->stats;
+}
+
+static int stats_span(struct tbm_opener *o, size_t begin, size_t end)
+{
+    for (size_t i = begin; i < end; i++)
+        if (!tbm_tensor_stats(o->m, i))
+            return TBM_ERR_NOMEM;
+    return 0;
+}
+
+int tbm_model_compute_stats(const struct tbm_model *m)
+{
+    /* the spans only read the opener's model */
+    struct tbm_opener o = {.m = (struct tbm_model *)m};
+
+    return tbm_for_each_span(&o, m->ntensors, stats_span);
 }

@@ -80,8 +80,6 @@ struct tbm_tensor {
     uint64_t *shape;      /* from the index; NULL when absent */
     size_t ndim;
     bool shape_matches; /* product of shape == num_weights */
-    bool stats_known;   /* stats below are meaningful */
-    struct tbm_mask_stats stats;
     struct tbm_strlist problems;
     struct tbm_strlist warnings;
     char *entry_json; /* the tensor's index entry, serialized */
@@ -95,8 +93,9 @@ struct tbm_model {
     char *path; /* absolute path of the source */
     enum tbm_source_kind kind;
     struct timespec mtime;
-    struct tbm_source *src; /* container or bare blob; NULL in manifest mode */
-    int dirfd;              /* manifest directory; -1 otherwise */
+    unsigned owner_uid, owner_gid, owner_mode; /* of the source (the manifest directory) */
+    struct tbm_source *src;                    /* container or bare blob; NULL in manifest mode */
+    int dirfd;                                 /* manifest directory; -1 otherwise */
     enum tbm_isa isa;
     char *index_json; /* exact stored bytes (or synthesized for a bare .tb) */
     size_t index_json_len;
@@ -105,8 +104,23 @@ struct tbm_model {
     struct tbm_tensor *tensors;
     size_t ntensors;
     size_t nproblem_tensors;
-    struct tbm_dir_table *dirs; /* directory name -> tensor */
+    struct tbm_dir_table *dirs;    /* directory name -> tensor */
+    struct tbm_stats_table *stats; /* mask statistics, computed when first needed */
 };
+
+/* A tensor's mask statistics and the warnings they raise. The mount reads
+ * only the index and the headers; these need every mask and weight, so
+ * they are computed the first time something asks, once, and kept. */
+struct tbm_tensor_stats {
+    bool known; /* false: no usable mask and weights, or the source failed */
+    struct tbm_mask_stats counts;
+    const char *warnings[2]; /* what the counts say, or why they are unknown */
+    size_t nwarnings;
+};
+
+/* t's statistics, computed on the first call (from any thread: a second
+ * caller waits for the first); NULL only when out of memory. */
+const struct tbm_tensor_stats *tbm_tensor_stats(const struct tbm_model *model, size_t t);
 
 /* Where the stored bytes of mask groups [g0, g0 + n) of t lie: *len bytes
  * at *off of t->src, fewer than n words when the layout stores fewer. */

@@ -139,7 +139,7 @@ static int fill_attr(const struct tbm_fs *fs, fuse_ino_t ino, const struct node 
     st->st_gid = fs->gid;
     st->st_atim = st->st_mtim = st->st_ctim = tbm_views_mtime(fs->views);
     if (n->dir) {
-        st->st_mode = S_IFDIR | 0555;
+        st->st_mode = S_IFDIR | fs->dir_mode;
         st->st_nlink = ino == INO_ROOT ? 3 : 2;
         if (ino == INO_TENSORS)
             st->st_nlink = 2 + (nlink_t)fs->ntensors;
@@ -148,7 +148,7 @@ static int fill_attr(const struct tbm_fs *fs, fuse_ino_t ino, const struct node 
     int r = tbm_view_size(fs->views, n->view, node_tensor(n), &size);
     if (r < 0)
         return r;
-    st->st_mode = S_IFREG | 0444;
+    st->st_mode = S_IFREG | fs->file_mode;
     st->st_nlink = 1;
     st->st_size = size > (uint64_t)INT64_MAX ? INT64_MAX : (off_t)size;
     st->st_blksize = 1 << 20;

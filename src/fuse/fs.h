@@ -16,8 +16,9 @@ struct tbm_fs {
     struct tbm_views *views;                   /* not const: stopping them at exit */
     size_t root_files, tensor_files, ntensors; /* the table's rows per place; tensors */
     fuse_ino_t first_tensor;                   /* inode of the first tensor's directory */
-    uid_t uid;                                 /* owner of every file: whoever mounted */
+    uid_t uid;                                 /* owner of every file and directory */
     gid_t gid;
+    mode_t file_mode, dir_mode;    /* permission bits of every file, every directory */
     unsigned max_read;             /* bytes per read request, as given in the mount options */
     bool splice;                   /* byte ranges of the source are spliced: wanted, then
                                     * kept by init only if the kernel and pipe allow */
@@ -38,7 +39,7 @@ int tbm_fs_thread(pthread_t *thread, void *(*fn)(void *), void *arg);
 /* Renders view of tensor t for an open and answers req: fuse_reply_open
  * with the result in fi->fh, or the error. */
 void tbm_fs_open_result(const struct tbm_fs *fs, fuse_req_t req, struct fuse_file_info *fi,
-                          const struct tbm_view *view, size_t t);
+                        const struct tbm_view *view, size_t t);
 
 /* A thread that answers, one at a time and in order, the opens of views that
  * are generated when opened (the self-tests), so that a self-test never holds

@@ -13,10 +13,9 @@ struct tbm_results;   /* results rendered once and shared (results.c) */
 
 struct tbm_views {
     const struct tbm_model *model;
-    uint32_t batch;   /* self-test batch */
-    char *model_json; /* rendered once: it summarizes every tensor */
-    size_t model_json_len;
-    /* per tensor, the size of the one row sized by rendering (header.json)
+    uint32_t batch;           /* self-test batch */
+    uint64_t model_json_size; /* fixed at mount; rendered when first opened */
+    /* per tensor, the size of the one row whose size is cached (header.json)
      * plus one, once known (0: not yet): stat must not render it each time */
     _Atomic uint64_t *rendered_sizes;
     struct tbm_selftests *selftests;
@@ -33,9 +32,9 @@ enum tbm_view_bytes {
 
 /* How a row's size is known. */
 enum tbm_view_sizing {
-    TBM_SIZE_FN,       /* size (or, for a source region, its length) */
-    TBM_SIZE_RENDERED, /* the length of a render, remembered per tensor */
-    TBM_SIZE_UNKNOWN,  /* only once rendered: stat says 0 */
+    TBM_SIZE_FN,      /* size (or, for a source region, its length) */
+    TBM_SIZE_CACHED,  /* size, remembered per tensor: it costs a render */
+    TBM_SIZE_UNKNOWN, /* only once rendered: stat says 0 */
 };
 
 struct tbm_view {
@@ -76,10 +75,10 @@ const struct tbm_region *tbm_mask_region(const struct tbm_views *v, size_t t, ui
 int tbm_index_json_size(const struct tbm_views *v, size_t t, uint64_t *size);
 int tbm_index_json_read(const struct tbm_views *v, size_t t, char *buf, uint64_t off, size_t len,
                         size_t *got);
-int tbm_model_json_render(const struct tbm_views *v, char **out, size_t *len);
+int tbm_model_json_prepare(struct tbm_views *v); /* its size, at mount */
 int tbm_model_json_size(const struct tbm_views *v, size_t t, uint64_t *size);
-int tbm_model_json_read(const struct tbm_views *v, size_t t, char *buf, uint64_t off, size_t len,
-                        size_t *got);
+int tbm_model_json_render(const struct tbm_views *v, size_t t, char **out, size_t *len);
+int tbm_header_json_size(const struct tbm_views *v, size_t t, uint64_t *size);
 int tbm_header_json_render(const struct tbm_views *v, size_t t, char **out, size_t *len);
 
 /* dense.c: dense.f32, dense.npy */

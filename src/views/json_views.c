@@ -54,18 +54,58 @@ static void add_header_fields(struct json_object *o, const struct tbm_tensor *t)
     json_object_object_add(o, "precision", ok ? json_object_new_uint64(h->precision) : NULL);
 }
 
-static void add_stats(struct json_object *o, const struct tbm_tensor *t)
+/* st is NULL while the statistics are not computed: their fields are null. */
+static void add_stats(struct json_object *o, const struct tbm_tensor *t,
+                      const struct tbm_tensor_stats *st)
 {
-    bool ok = t->stats_known;
-    double density = t->hdr.num_weights ? (double)t->stats.kept / (double)t->hdr.num_weights : 0;
+    bool ok = st && st->known;
+    const struct tbm_mask_stats *c = ok ? &st->counts : NULL;
+    double density = ok && t->hdr.num_weights ? (double)c->kept / (double)t->hdr.num_weights : 0;
 
-    json_object_object_add(o, "kept", ok ? json_object_new_uint64(t->stats.kept) : NULL);
+    json_object_object_add(o, "kept", ok ? json_object_new_uint64(c->kept) : NULL);
     json_object_object_add(o, "density", ok ? json_object_new_double(density) : NULL);
     json_object_object_add(o, "groups_over_n",
-                           ok ? json_object_new_uint64(t->stats.groups_over_n) : NULL);
+                           ok ? json_object_new_uint64(c->groups_over_n) : NULL);
     json_object_object_add(o, "mask_conflicts",
-                           ok ? json_object_new_uint64(t->stats.mask_conflicts) : NULL);
+                           ok ? json_object_new_uint64(c->mask_conflicts) : NULL);
 }
+
+static struct json_object *warnings_json(const struct tbm_tensor *t,
+                                         const struct tbm_tensor_stats *st)
+{
+    struct json_object *arr = strlist_json(&t->warnings);
+
+    for (size_t i = 0; arr && st && i < st->nwarnings; i++)
+        json_object_array_add(arr, json_object_new_string(st->warnings[i]));
+    return arr;
+}
+
+/* Pads a rendered document to size bytes with spaces before its final
+ * newline: JSON allows them, and a size fixed before the statistics are
+ * known is what stat reported. */
+static int pad_to(char **doc, size_t *len, uint64_t size)
+{
+    if (*len > size) {
+        free(*doc);
+        return TBM_ERR_NOMEM; /* a bound of ours was wrong: never served cut */
+    }
+    char *p = realloc(*doc, size);
+    if (!p) {
+        free(*doc);
+        return TBM_ERR_NOMEM;
+    }
+    memset(p + *len - 1, ' ', size - *len);
+    p[size - 1] = '\n';
+    *doc = p;
+    *len = size;
+    return 0;
+}
+
+/* What the statistics can add to a header.json beyond its rendering without
+ * them: four numbers for four nulls (at most 20 digits, or 24 characters
+ * of a double, each) and at most two warnings of at most 120 bytes each
+ * with their quoting, indentation and commas. */
+#define HEADER_SLACK 512
 
 static int print_stored(struct json_object *obj, struct printbuf *pb, int level, int flags)
 {
@@ -86,10 +126,11 @@ static struct json_object *stored_json(const char *text)
     return obj;
 }
 
-int tbm_header_json_render(const struct tbm_views *v, size_t t, char **out, size_t *len)
+static int header_doc(const struct tbm_views *v, size_t t, bool with_stats, char **out, size_t *len)
 {
     const struct tbm_tensor *tensor = &v->model->tensors[t];
-    struct json_object *o = json_object_new_object();
+    const struct tbm_tensor_stats *st = with_stats ? tbm_tensor_stats(v->model, t) : NULL;
+    struct json_object *o = with_stats && !st ? NULL : json_object_new_object();
     const char *dtype = dtype_name(tensor);
 
     if (!o)
@@ -101,15 +142,38 @@ int tbm_header_json_render(const struct tbm_views *v, size_t t, char **out, size
     json_object_object_add(o, "dtype", dtype ? json_object_new_string(dtype) : NULL);
     add_header_fields(o, tensor);
     json_object_object_add(o, "offset", json_object_new_uint64(tensor->offset));
-    add_stats(o, tensor);
+    add_stats(o, tensor, st);
     json_object_object_add(o, "mask_applied",
                            json_object_new_boolean(tensor->mask_usable && tensor->mask.ok));
     json_object_object_add(o, "problems", strlist_json(&tensor->problems));
-    json_object_object_add(o, "warnings", strlist_json(&tensor->warnings));
+    json_object_object_add(o, "warnings", warnings_json(tensor, st));
     json_object_object_add(o, "index", stored_json(tensor->entry_json));
     int r = tbm_json_dump(o, out, len);
     json_object_put(o);
     return r;
+}
+
+int tbm_header_json_size(const struct tbm_views *v, size_t t, uint64_t *size)
+{
+    char *doc;
+    size_t len;
+    int r = header_doc(v, t, false, &doc, &len);
+
+    if (r < 0)
+        return r;
+    free(doc);
+    *size = len + HEADER_SLACK;
+    return 0;
+}
+
+int tbm_header_json_render(const struct tbm_views *v, size_t t, char **out, size_t *len)
+{
+    uint64_t size;
+    int r = tbm_view_size(v, tbm_view_find(TBM_VIEW_TENSOR, "header.json"), t, &size);
+
+    if (r < 0 || (r = header_doc(v, t, true, out, len)) < 0)
+        return r;
+    return pad_to(out, len, size);
 }
 
 static uint64_t add_sat(uint64_t a, uint64_t b)
@@ -135,7 +199,7 @@ static struct json_object *problems_json(const struct tbm_model *m)
     return arr;
 }
 
-int tbm_model_json_render(const struct tbm_views *v, char **out, size_t *len)
+static int model_doc(const struct tbm_views *v, bool with_stats, char **out, size_t *len)
 {
     static const char *const formats[] = {"tbm", "manifest", "tb"};
     const struct tbm_model *m = v->model;
@@ -148,10 +212,12 @@ int tbm_model_json_render(const struct tbm_views *v, char **out, size_t *len)
         const struct tbm_tensor *t = &m->tensors[i];
         if (t->header_sound)
             total = add_sat(total, t->hdr.num_weights);
-        if (t->stats_known)
-            kept = add_sat(kept, t->stats.kept);
-        warnings += t->warnings.count;
-        warned += t->warnings.count > 0;
+        const struct tbm_tensor_stats *st = with_stats ? tbm_tensor_stats(m, i) : NULL;
+        size_t n = t->warnings.count + (st ? st->nwarnings : 0);
+        if (st && st->known)
+            kept = add_sat(kept, st->counts.kept);
+        warnings += n;
+        warned += n > 0;
     }
     json_object_object_add(o, "format", json_object_new_string(formats[m->kind]));
     char source[4096];
@@ -162,7 +228,8 @@ int tbm_model_json_render(const struct tbm_views *v, char **out, size_t *len)
     json_object_object_add(o, "config", json_object_get(m->config));
     json_object_object_add(o, "tensor_count", json_object_new_uint64(m->ntensors));
     json_object_object_add(o, "total_weights", json_object_new_uint64(total));
-    json_object_object_add(o, "total_kept", json_object_new_uint64(kept));
+    json_object_object_add(o, "total_kept",
+                           with_stats ? json_object_new_uint64(kept) : json_object_new_uint64(0));
     json_object_object_add(o, "tensors_with_problems", json_object_new_uint64(m->nproblem_tensors));
     json_object_object_add(o, "problems", problems_json(m));
     json_object_object_add(o, "warnings", json_object_new_uint64(warnings));
@@ -173,19 +240,41 @@ int tbm_model_json_render(const struct tbm_views *v, char **out, size_t *len)
     return r;
 }
 
-int tbm_model_json_size(const struct tbm_views *v, size_t t, uint64_t *size)
+/* What the statistics can add to model.json beyond its rendering without
+ * them: total_kept, warnings and tensors_with_warnings grow from 0 to at
+ * most 20 digits each. */
+#define MODEL_SLACK 64
+
+int tbm_model_json_prepare(struct tbm_views *v)
 {
-    (void)t;
-    *size = v->model_json_len;
+    char *doc;
+    size_t len;
+    int r = model_doc(v, false, &doc, &len);
+
+    if (r < 0)
+        return r;
+    free(doc);
+    v->model_json_size = len + MODEL_SLACK;
     return 0;
 }
 
-int tbm_model_json_read(const struct tbm_views *v, size_t t, char *buf, uint64_t off, size_t len,
-                        size_t *got)
+int tbm_model_json_size(const struct tbm_views *v, size_t t, uint64_t *size)
 {
     (void)t;
-    tbm_copy_range(buf, off, len, v->model_json, v->model_json_len, got);
+    *size = v->model_json_size;
     return 0;
+}
+
+/* model.json counts what every tensor's statistics say: the first open
+ * computes them all, in parallel. */
+int tbm_model_json_render(const struct tbm_views *v, size_t t, char **out, size_t *len)
+{
+    int r;
+
+    (void)t;
+    if ((r = tbm_model_compute_stats(v->model)) < 0 || (r = model_doc(v, true, out, len)) < 0)
+        return r;
+    return pad_to(out, len, v->model_json_size);
 }
 
 int tbm_index_json_size(const struct tbm_views *v, size_t t, uint64_t *size)

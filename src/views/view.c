@@ -19,9 +19,10 @@ static const struct tbm_view table[] = {
     {
         .name = "model.json",
         .place = TBM_VIEW_ROOT,
-        .bytes = TBM_BYTES_COMPUTED,
+        .bytes = TBM_BYTES_RENDERED,
         .size = tbm_model_json_size,
-        .read = tbm_model_json_read,
+        .render = tbm_model_json_render,
+        .shared = true,
     },
     {
         .name = "selftest",
@@ -42,7 +43,8 @@ static const struct tbm_view table[] = {
         .name = "header.json",
         .place = TBM_VIEW_TENSOR,
         .bytes = TBM_BYTES_RENDERED,
-        .sizing = TBM_SIZE_RENDERED,
+        .sizing = TBM_SIZE_CACHED,
+        .size = tbm_header_json_size,
         .render = tbm_header_json_render,
     },
     {
@@ -136,7 +138,7 @@ int tbm_views_open(const struct tbm_model *model, const struct tbm_view_options 
     v->batch = batch;
     v->rendered_sizes = calloc(model->ntensors ? model->ntensors : 1, sizeof(*v->rendered_sizes));
     if (!v->rendered_sizes || (r = tbm_selftests_init(v)) < 0 || (r = tbm_results_init(v)) < 0 ||
-        (r = tbm_model_json_render(v, &v->model_json, &v->model_json_len)) < 0)
+        (r = tbm_model_json_prepare(v)) < 0)
         goto out_err;
     *out = v;
     return 0;
@@ -153,7 +155,6 @@ void tbm_views_close(struct tbm_views *v)
     tbm_results_free(v);
     tbm_selftests_free(v);
     free(v->rendered_sizes);
-    free(v->model_json);
     free(v);
 }
 
@@ -277,24 +278,20 @@ int tbm_view_render(const struct tbm_views *v, const struct tbm_view *view, size
     return *out ? 0 : TBM_ERR_NOMEM;
 }
 
-static int rendered_size(const struct tbm_views *v, const struct tbm_view *view, size_t t,
-                         uint64_t *size)
+static int cached_size(const struct tbm_views *v, const struct tbm_view *view, size_t t,
+                       uint64_t *size)
 {
     uint64_t known = atomic_load_explicit(&v->rendered_sizes[t], memory_order_relaxed);
-    char *doc;
-    size_t len;
 
     if (known) {
         *size = known - 1;
         return 0;
     }
-    int r = view->render(v, t, &doc, &len);
+    int r = view->size(v, t, size);
     if (r < 0)
         return r;
-    free(doc);
     /* Two threads that race here store the same value. */
-    atomic_store_explicit(&v->rendered_sizes[t], (uint64_t)len + 1, memory_order_relaxed);
-    *size = len;
+    atomic_store_explicit(&v->rendered_sizes[t], *size + 1, memory_order_relaxed);
     return 0;
 }
 
@@ -309,8 +306,8 @@ int tbm_view_size(const struct tbm_views *v, const struct tbm_view *view, size_t
     switch (view->sizing) {
     case TBM_SIZE_UNKNOWN:
         return 0;
-    case TBM_SIZE_RENDERED:
-        return rendered_size(v, view, t, size);
+    case TBM_SIZE_CACHED:
+        return cached_size(v, view, t, size);
     case TBM_SIZE_FN:
         break;
     }

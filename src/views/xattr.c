@@ -31,9 +31,13 @@ static char *shape_text(const struct tbm_tensor *t)
     return out;
 }
 
-/* Whether t has attribute k: its value is known. */
-static bool present(const struct tbm_tensor *t, int k)
+/* Whether tensor i has attribute k: its value is known (the density needs
+ * the statistics, computed here if they are not yet). */
+static bool present(const struct tbm_views *v, size_t i, int k)
 {
+    const struct tbm_tensor *t = &v->model->tensors[i];
+    const struct tbm_tensor_stats *st;
+
     switch (k) {
     case ATTR_NAME:
         return true;
@@ -44,14 +48,17 @@ static bool present(const struct tbm_tensor *t, int k)
     case ATTR_NM:
         return t->header_read;
     default:
-        return t->stats_known;
+        st = tbm_tensor_stats(v->model, i);
+        return st && st->known;
     }
 }
 
-/* Attribute k's value (present(t, k)) in a malloc'd buffer of *len bytes. */
-static char *value(const struct tbm_tensor *t, int k, size_t *len)
+/* Attribute k's value (present) in a malloc'd buffer of *len bytes. */
+static char *value(const struct tbm_views *v, size_t i, int k, size_t *len)
 {
+    const struct tbm_tensor *t = &v->model->tensors[i];
     char *s = NULL;
+    uint64_t kept;
     int n = 0;
 
     switch (k) {
@@ -72,8 +79,9 @@ static char *value(const struct tbm_tensor *t, int k, size_t *len)
         n = asprintf(&s, "%u:%u", t->hdr.nm_n, t->hdr.nm_m);
         break;
     default:
+        kept = tbm_tensor_stats(v->model, i)->counts.kept;
         n = asprintf(&s, "%.17g",
-                     t->hdr.num_weights ? (double)t->stats.kept / (double)t->hdr.num_weights : 0.0);
+                     t->hdr.num_weights ? (double)kept / (double)t->hdr.num_weights : 0.0);
         break;
     }
     if (n < 0)
@@ -84,11 +92,10 @@ static char *value(const struct tbm_tensor *t, int k, size_t *len)
 
 size_t tbm_xattr_list(const struct tbm_views *v, size_t t, char *buf, size_t size)
 {
-    const struct tbm_tensor *tensor = &v->model->tensors[t];
     size_t need = 0;
 
     for (int k = 0; k < NATTRS; k++) {
-        if (!present(tensor, k))
+        if (!present(v, t, k))
             continue;
         size_t n = sizeof(PREFIX) - 1 + strlen(names[k]) + 1;
         if (buf && need + n <= size)
@@ -101,17 +108,15 @@ size_t tbm_xattr_list(const struct tbm_views *v, size_t t, char *buf, size_t siz
 int tbm_xattr_get(const struct tbm_views *v, size_t t, const char *name, char *buf, size_t size,
                   size_t *len)
 {
-    const struct tbm_tensor *tensor = &v->model->tensors[t];
-
     *len = 0;
     if (strncmp(name, PREFIX, sizeof(PREFIX) - 1) != 0)
         return TBM_ERR_NOATTR;
     for (int k = 0; k < NATTRS; k++) {
         if (strcmp(name + sizeof(PREFIX) - 1, names[k]) != 0)
             continue;
-        if (!present(tensor, k))
+        if (!present(v, t, k))
             return TBM_ERR_NOATTR;
-        char *s = value(tensor, k, len);
+        char *s = value(v, t, k, len);
         if (!s)
             return TBM_ERR_NOMEM;
         if (buf && *len <= size)

@@ -488,13 +488,15 @@ static void check_dense_range(const struct tbm_views *v, const struct tbm_tensor
 }
 
 /* header.json's counters against a count over the whole payloads. */
-static void check_stats(const struct tbm_views *v, const struct tbm_tensor *t, size_t i)
+static void check_stats(const struct tbm_views *v, const struct tbm_model *m,
+                        const struct tbm_tensor *t, size_t i)
 {
     const struct tbm_blob_header *h = &t->hdr;
     struct tbm_mask_stats want = {0};
     struct payload p;
-
-    if (!t->stats_known || !t->mask_usable || h->num_weights > STATS_MAX_WEIGHTS)
+    /* the views' own model: the statistics computed on first need */
+    const struct tbm_tensor_stats *st = tbm_tensor_stats(m, i);
+    if (!st || !st->known || !t->mask_usable || h->num_weights > STATS_MAX_WEIGHTS)
         return;
     load_payload(v, t, i, 0, h->num_weights, &p);
     uint64_t sign = (uint64_t)1 << (8 * p.es - 1);
@@ -509,13 +511,14 @@ static void check_stats(const struct tbm_views *v, const struct tbm_tensor *t, s
         want.groups_over_n += kept > h->nm_n;
     }
     free_payload(&p);
-    CHECK(t->stats.kept == want.kept && t->stats.groups_over_n == want.groups_over_n &&
-          t->stats.mask_conflicts == want.mask_conflicts);
+    CHECK(st->counts.kept == want.kept && st->counts.groups_over_n == want.groups_over_n &&
+          st->counts.mask_conflicts == want.mask_conflicts);
 }
 
 /* The dense expansion at its start, across one of dense.c's expansion steps
  * from a start inside a group, and at its end; then the statistics. */
-static void check_payload(const struct tbm_views *v, const struct tbm_tensor *t, size_t i)
+static void check_payload(const struct tbm_views *v, const struct tbm_model *m,
+                          const struct tbm_tensor *t, size_t i)
 {
     uint64_t nw = t->hdr.num_weights, size;
 
@@ -530,7 +533,7 @@ static void check_payload(const struct tbm_views *v, const struct tbm_tensor *t,
         check_dense_range(v, t, i, 3, DENSE_STEP + 50, true);
     if (nw > HEAD_ELEMENTS)
         check_dense_range(v, t, i, nw - 100, 100, false);
-    check_stats(v, t, i);
+    check_stats(v, m, t, i);
 }
 
 /* The JSON files are one object ending in a newline. json-c's strict mode
@@ -667,7 +670,7 @@ static void exercise_views(const struct tbm_views *v, const struct tbm_model *m)
                 probe_view(v, tbm_view_at(TBM_VIEW_TENSOR, k), i, t->problems.count == 0);
         check_npy(v, i);
         check_header_json(v, t, i);
-        check_payload(v, t, i);
+        check_payload(v, m, t, i);
         if (t->hdr.num_weights <= SELFTEST_MAX_WEIGHTS)
             check_selftest(v, i);
     }
