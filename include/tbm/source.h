@@ -7,6 +7,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdatomic.h>
 #include <time.h>
 
 #include "tbm/status.h"
@@ -41,6 +42,11 @@ struct tbm_source {
     char *name;              /* path or URL, for messages */
     struct tbm_source_id id; /* identity when opened */
     int fd;                  /* a descriptor the bytes can be spliced from, or -1 */
+    /* set once the source is found changed in place: nothing read from it
+     * is served from then on */
+    atomic_bool changed;
+    atomic_bool reported; /* the change was logged */
+    struct tbm_source_id changed_to;
 };
 
 /* Opens the regular file at path (relative to dirfd, or AT_FDCWD) for
@@ -53,8 +59,19 @@ int tbm_source_open_file(const char *path, struct tbm_source **out, const char *
  * for messages. TBM_ERR_NOMEM or TBM_ERR_SOURCE (with *why). */
 int tbm_source_from_fd(int fd, const char *name, struct tbm_source **out, const char **why);
 
-/* Reads exactly len bytes at off; TBM_ERR_IO when the source ends sooner. */
+/* Reads exactly len bytes at off; TBM_ERR_IO when the source ends sooner,
+ * TBM_ERR_CHANGED when it is no longer the file it was when opened (checked
+ * after the read, so that bytes of a rewrite in progress are not served). */
 int tbm_source_read_full(struct tbm_source *src, void *buf, size_t len, uint64_t off);
+
+/* 0 while the source is the file it was when opened (device, inode, size,
+ * mtime; for HTTP length and validator), else TBM_ERR_CHANGED, from
+ * then on for good. One fstat for a local file. */
+int tbm_source_verify(struct tbm_source *src);
+
+/* True exactly once after the source changed, for the one log line;
+ * describes the change in buf ("size 100 -> 80, mtime"). */
+bool tbm_source_take_report(struct tbm_source *src, char *buf, size_t len);
 
 static inline int tbm_source_read(struct tbm_source *src, void *buf, size_t len, uint64_t off,
                                   size_t *got)

@@ -51,22 +51,26 @@ const char *tbm_views_tensor_dir(const struct tbm_views *views, size_t t);
 long tbm_views_find_tensor(const struct tbm_views *views, const char *dir, size_t len);
 struct timespec tbm_views_mtime(const struct tbm_views *views);
 
+/* The path or URL of tensor t's source (a manifest's file, or the model's). */
+const char *tbm_views_source_name(const struct tbm_views *views, size_t t);
+
+/* True once, the first time it is asked after tensor t's source changed in
+ * place: then buf says how ("size 100 -> 80"), for the one log line. */
+bool tbm_views_change_report(const struct tbm_views *views, size_t t, char *buf, size_t len);
+
 /* The rows of a place, in listing order; i < tbm_view_count(place). */
 size_t tbm_view_count(enum tbm_view_place place);
 const struct tbm_view *tbm_view_at(enum tbm_view_place place, size_t i);
 /* The row of a place named name, or NULL. */
 const struct tbm_view *tbm_view_find(enum tbm_view_place place, const char *name);
 
-/* The file name of a row, e.g. "dense.f32". */
+/* The file name of a row, e.g. "dense.f32", and where it lives. */
 const char *tbm_view_name(const struct tbm_view *view);
+enum tbm_view_place tbm_view_place(const struct tbm_view *view);
 
 /* True for views rendered whole when opened: a reader takes the content once
  * per open with tbm_view_render (tbm_view_read renders it again per call). */
 bool tbm_view_rendered(const struct tbm_view *view);
-
-/* True for rendered views whose size is only known once rendered: stat
- * reports 0, and a reader must not clip reads to it. */
-bool tbm_view_unsized(const struct tbm_view *view);
 
 /* True for views whose rendering can take seconds (the self-tests): their
  * opens are best answered away from the threads that serve everything else. */

@@ -131,7 +131,7 @@ static int compute(const struct tbm_model *m, const struct tbm_tensor *t, struct
         goto out;
     }
     r = count_blob(t, m->isa, &buf, &st->counts);
-    if (r == TBM_ERR_IO) {
+    if (r == TBM_ERR_IO || r == TBM_ERR_CHANGED) {
         /* everything else was fixed at mount; these stay null, and say why */
         r = add_text(s, "statistics unknown: the source could not be read when they were "
                         "first needed (it changed or shrank since the mount)");

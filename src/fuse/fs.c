@@ -56,6 +56,11 @@ void tbm_fs_init(struct tbm_fs *fs, struct tbm_views *views)
     fs->ntensors = tbm_views_tensor_count(views);
 }
 
+fuse_ino_t tbm_fs_last_ino(const struct tbm_fs *fs)
+{
+    return fs->first_tensor + (fuse_ino_t)fs->ntensors * (1 + fs->tensor_files);
+}
+
 static void op_init(void *userdata, struct fuse_conn_info *conn)
 {
     struct tbm_fs *fs = userdata;
@@ -93,6 +98,13 @@ static int status_errno(int status)
     default:
         return EIO;
     }
+}
+
+/* Answers a failed open or read of a view of a tensor: logged, then the errno. */
+static void reply_failure(fuse_req_t req, long tensor, const struct tbm_view *view, int status)
+{
+    tbm_fs_failed(fuse_req_userdata(req), tensor, view, status);
+    fuse_reply_err(req, status_errno(status));
 }
 
 static fuse_ino_t tensor_ino(const struct tbm_fs *fs, size_t t)
@@ -364,12 +376,11 @@ void tbm_fs_open_result(const struct tbm_fs *fs, fuse_req_t req, struct fuse_fil
     struct tbm_result *s;
     int r = tbm_view_open_result(fs->views, view, t, &s);
     if (r < 0) {
-        fuse_reply_err(req, status_errno(r));
+        reply_failure(req, tbm_view_place(view) == TBM_VIEW_ROOT ? -1 : (long)t, view, r);
         return;
     }
-    /* An unsized view's stat size is 0: the page cache must not clip reads */
-    fi->direct_io = tbm_view_unsized(view);
-    fi->keep_cache = !fi->direct_io;
+    /* every size is exact in stat and a result never changes: cache it */
+    fi->keep_cache = 1;
     fi->fh = (uint64_t)(uintptr_t)s;
     /* Unanswered (the opener is gone), the open gets no release to drop s. */
     if (fuse_reply_open(req, fi) != 0)
@@ -395,7 +406,7 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
     }
     size_t t = node_tensor(&n);
     if (!tbm_view_servable(fs->views, n.view, t)) {
-        fuse_reply_err(req, EIO);
+        reply_failure(req, n.tensor, n.view, TBM_ERR_BROKEN);
         return;
     }
     if (!tbm_view_rendered(n.view)) {
@@ -499,7 +510,7 @@ static void read_view(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off)
     if (fs->splice) {
         r = tbm_view_locate(fs->views, n.view, t, (uint64_t)off, size, &src);
         if (r < 0)
-            fuse_reply_err(req, status_errno(r));
+            reply_failure(req, n.tensor, n.view, r);
         else if (r > 0)
             reply_source(req, &src);
         if (r != 0)
@@ -512,7 +523,7 @@ static void read_view(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off)
     }
     r = tbm_view_read(fs->views, n.view, t, buf, (uint64_t)off, size, &got);
     if (r < 0)
-        fuse_reply_err(req, status_errno(r));
+        reply_failure(req, n.tensor, n.view, r);
     else
         fuse_reply_buf(req, buf, got);
 }

@@ -23,7 +23,22 @@ struct tbm_fs {
     bool splice;                   /* byte ranges of the source are spliced: wanted, then
                                     * kept by init only if the kernel and pipe allow */
     struct tbm_deferred *deferred; /* answers the self-test opens; NULL: inline */
+    struct fuse_session *se;       /* for the kernel-cache notifications */
+    bool foreground;               /* log to stderr, else to syslog */
 };
+
+/* One past the largest inode number of the tree. */
+fuse_ino_t tbm_fs_last_ino(const struct tbm_fs *fs);
+
+/* A log line: stderr in the foreground, syslog (LOG_DAEMON) otherwise. */
+void tbm_fs_log(const struct tbm_fs *fs, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+/* Reports a failed read or open of view (NULL: unknown) of tensor (-1 for
+ * a root file) with status: logged once per tensor, view and reason; a
+ * source changed in place is logged once more and the kernel's cache of the
+ * tree dropped. */
+void tbm_fs_failed(struct tbm_fs *fs, long tensor, const struct tbm_view *view, int status);
 
 /* Sets the views of fs and the inode layout that follows from the table. */
 void tbm_fs_init(struct tbm_fs *fs, struct tbm_views *views);

@@ -1,11 +1,63 @@
 /* What every source shares, built on its three operations. */
+#include <stdio.h>
+#include <string.h>
+
 #include "tbm/source.h"
+
+/* Not ctime: a source replaced by a rename has its old inode's ctime
+ * bumped by the unlink, yet is served as it was (we hold that inode). Every
+ * write in place moves mtime. */
+static bool same_file(const struct tbm_source_id *a, const struct tbm_source_id *b)
+{
+    return a->size == b->size && a->dev == b->dev && a->ino == b->ino &&
+           a->mtime.tv_sec == b->mtime.tv_sec && a->mtime.tv_nsec == b->mtime.tv_nsec &&
+           strcmp(a->tag, b->tag) == 0;
+}
+
+int tbm_source_verify(struct tbm_source *src)
+{
+    struct tbm_source_id now;
+
+    if (atomic_load(&src->changed))
+        return TBM_ERR_CHANGED;
+    if (src->ops->identify(src, &now) < 0)
+        return TBM_ERR_IO;
+    if (same_file(&now, &src->id))
+        return 0;
+    src->changed_to = now;
+    atomic_store(&src->changed, true);
+    return TBM_ERR_CHANGED;
+}
+
+bool tbm_source_take_report(struct tbm_source *src, char *buf, size_t len)
+{
+    const struct tbm_source_id *a = &src->id, *b = &src->changed_to;
+
+    if (!atomic_load(&src->changed) || atomic_exchange(&src->reported, true))
+        return false;
+    if (a->size != b->size)
+        snprintf(buf, len, "size %llu -> %llu", (unsigned long long)a->size,
+                 (unsigned long long)b->size);
+    else if (a->dev != b->dev || a->ino != b->ino)
+        snprintf(buf, len, "another file");
+    else if (strcmp(a->tag, b->tag) != 0)
+        snprintf(buf, len, "validator %s -> %s", a->tag, b->tag);
+    else
+        snprintf(buf, len, "mtime");
+    return true;
+}
 
 int tbm_source_read_full(struct tbm_source *src, void *buf, size_t len, uint64_t off)
 {
     size_t got;
     int r = src->ops->read(src, buf, len, off, &got);
 
+    if (r < 0 && r != TBM_ERR_IO)
+        return r;
+    /* a short read because the file shrank is the change, said as such */
+    int v = tbm_source_verify(src);
+    if (v == TBM_ERR_CHANGED)
+        return v;
     return r < 0 ? r : got == len ? 0 : TBM_ERR_IO;
 }
 

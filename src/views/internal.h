@@ -15,9 +15,10 @@ struct tbm_views {
     const struct tbm_model *model;
     uint32_t batch;           /* self-test batch */
     uint64_t model_json_size; /* fixed at mount; rendered when first opened */
-    /* per tensor, the size of the one row whose size is cached (header.json)
-     * plus one, once known (0: not yet): stat must not render it each time */
-    _Atomic uint64_t *rendered_sizes;
+    /* per tensor, the size of each row whose size is cached (header.json,
+     * selftest) plus one, once known (0: not yet): stat must not render
+     * them every time */
+    _Atomic uint64_t *rendered_sizes[2];
     struct tbm_selftests *selftests;
     struct tbm_results *results;
 };
@@ -32,9 +33,8 @@ enum tbm_view_bytes {
 
 /* How a row's size is known. */
 enum tbm_view_sizing {
-    TBM_SIZE_FN,      /* size (or, for a source region, its length) */
-    TBM_SIZE_CACHED,  /* size, remembered per tensor: it costs a render */
-    TBM_SIZE_UNKNOWN, /* only once rendered: stat says 0 */
+    TBM_SIZE_FN,     /* size (or, for a source region, its length) */
+    TBM_SIZE_CACHED, /* size, remembered per tensor: it costs a render */
 };
 
 struct tbm_view {
@@ -53,6 +53,7 @@ struct tbm_view {
     /* NULL: a source view is servable when its region is sound, any other
      * view always */
     bool (*servable)(const struct tbm_views *v, size_t t);
+    int cache;      /* TBM_SIZE_CACHED: which of rendered_sizes, 0 or 1 */
     bool slow;      /* rendering can take seconds */
     bool shared;    /* rendered once per mount, every open reading that result */
     bool evictable; /* shared, and rendering again gives the same bytes: may be
@@ -115,7 +116,9 @@ int tbm_weights_png_render(const struct tbm_views *v, size_t t, char **out, size
 /* selftest.c: a tensor's selftest and the root report */
 int tbm_selftests_init(struct tbm_views *v);
 void tbm_selftests_free(struct tbm_views *v);
+int tbm_selftest_size(const struct tbm_views *v, size_t t, uint64_t *size);
 int tbm_selftest_render(const struct tbm_views *v, size_t t, char **out, size_t *len);
+int tbm_selftest_report_size(const struct tbm_views *v, size_t t, uint64_t *size);
 int tbm_selftest_report_render(const struct tbm_views *v, size_t t, char **out, size_t *len);
 
 #endif

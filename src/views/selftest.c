@@ -258,7 +258,10 @@ static int selftest_tensor(const struct tbm_views *v, const struct tbm_tensor *t
     int r = run_products(v, t, res);
     pthread_mutex_unlock(&v->selftests->lock);
     /* One tensor's failure is its own line in a report, never the report's. */
-    if (r == TBM_ERR_IO)
+    if (r == TBM_ERR_CHANGED)
+        snprintf(res->error, sizeof(res->error),
+                 "the source changed since the mount: remount to test the new model");
+    else if (r == TBM_ERR_IO)
         snprintf(res->error, sizeof(res->error), "the source could not be read (it shrank?)");
     else if (r < 0)
         snprintf(res->error, sizeof(res->error), "out of memory for the products");
@@ -278,15 +281,19 @@ static struct json_object *finite_json(double v)
     return isfinite(v) ? json_object_new_double(v) : NULL;
 }
 
-int tbm_selftest_render(const struct tbm_views *v, size_t i, char **out, size_t *len)
-{
-    const struct tbm_tensor *t = &v->model->tensors[i];
-    struct result res;
-    char nm[32];
-    int r = selftest_tensor(v, t, TENSOR_BUDGET, &res);
+/* What a real result can add to the JSON of a zeroed one: five counts of up
+ * to 20 digits, six doubles of up to 24 characters for 0 or null, two
+ * longer words, and an error of up to 255 bytes that JSON escaping may
+ * double, with its key. */
+#define SELFTEST_SLACK 1024
 
-    if (r < 0)
-        return r;
+static int selftest_doc(const struct tbm_views *v, const struct tbm_tensor *t,
+                        const struct result *rp, char **out, size_t *len)
+{
+    const struct result res = *rp;
+    char nm[32];
+    int r;
+
     nm_string(t, nm, sizeof(nm));
     struct json_object *o = json_object_new_object();
     if (!o)
@@ -313,6 +320,55 @@ int tbm_selftest_render(const struct tbm_views *v, size_t i, char **out, size_t 
     r = tbm_json_dump(o, out, len);
     json_object_put(o);
     return r;
+}
+
+/* A tensor's selftest has its size before it runs (tar and rsync trust
+ * stat): the JSON of a zeroed result and room for the figures. */
+int tbm_selftest_size(const struct tbm_views *v, size_t i, uint64_t *size)
+{
+    struct result zero = {0};
+    char *doc;
+    size_t len;
+    int r = selftest_doc(v, &v->model->tensors[i], &zero, &doc, &len);
+
+    if (r < 0)
+        return r;
+    free(doc);
+    *size = len + SELFTEST_SLACK;
+    return 0;
+}
+
+/* Spaces before the final newline up to size: JSON and report lines allow
+ * them. */
+static int pad_doc(char **doc, size_t *len, uint64_t size)
+{
+    if (*len > size) {
+        free(*doc);
+        return TBM_ERR_NOMEM; /* a bound of ours was wrong: never served cut */
+    }
+    char *p = realloc(*doc, size);
+    if (!p) {
+        free(*doc);
+        return TBM_ERR_NOMEM;
+    }
+    memset(p + *len - 1, ' ', size - *len);
+    p[size - 1] = '\n';
+    *doc = p;
+    *len = size;
+    return 0;
+}
+
+int tbm_selftest_render(const struct tbm_views *v, size_t i, char **out, size_t *len)
+{
+    const struct tbm_tensor *t = &v->model->tensors[i];
+    struct result res;
+    uint64_t size;
+    int r = selftest_tensor(v, t, TENSOR_BUDGET, &res);
+
+    if (r < 0 || (r = tbm_selftest_size(v, i, &size)) < 0 ||
+        (r = selftest_doc(v, t, &res, out, len)) < 0)
+        return r;
+    return pad_doc(out, len, size);
 }
 
 struct report {
@@ -349,28 +405,86 @@ static int report_addf(struct report *rep, const char *fmt, ...)
     return 0;
 }
 
+#define PASS_FMT                                                                                   \
+    "%s %s: %s %llux%llu (tested %llux%llu) batch %u max_abs_err %.3g tolerance %.3g speedup "     \
+    "%.2fx"
+#define SUMMARY_FMT "selftest: %zu passed, %zu failed, %zu skipped"
+
+/* The longest line a tensor's result can make, without its newline: the
+ * widest figures of a pass line, or the longest error (res.error holds at
+ * most 255 bytes). Speedups print clamped below 1e9. */
+static size_t line_width(const struct tbm_tensor *t)
+{
+    char line[512];
+    const unsigned long long big = UINT64_MAX;
+    int pass = snprintf(line, sizeof(line), PASS_FMT, "FAIL", "", "4294967295:4294967295", big, big,
+                        big, big, 4294967295u, -1.23e-300, -1.23e-300, 999999999.99);
+    size_t error = 5 + 2 + sizeof(((struct result *)0)->error) - 1;
+
+    return strlen(t->dir) + ((size_t)pass > error ? (size_t)pass : error);
+}
+
+static size_t summary_width(void)
+{
+    return (size_t)snprintf(NULL, 0, SUMMARY_FMT, (size_t)SIZE_MAX, (size_t)SIZE_MAX,
+                            (size_t)SIZE_MAX);
+}
+
+/* Appends a line padded with spaces to width, then its newline. */
+static int report_padded(struct report *rep, size_t width, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static int report_padded(struct report *rep, size_t width, const char *fmt, ...)
+{
+    va_list ap;
+    char *line;
+
+    va_start(ap, fmt);
+    int n = vasprintf(&line, fmt, ap);
+    va_end(ap);
+    if (n < 0)
+        return TBM_ERR_NOMEM;
+    int r = (size_t)n > width ? TBM_ERR_NOMEM
+                              : report_addf(rep, "%s%*s\n", line, (int)(width - (size_t)n), "");
+    free(line);
+    return r;
+}
+
 static int report_line(struct report *rep, const struct tbm_tensor *t, const struct result *res,
                        size_t counts[3])
 {
+    size_t w = line_width(t);
     char nm[32];
+    double speedup = res->dense_seconds / res->sparse_seconds;
 
     nm_string(t, nm, sizeof(nm));
     if (res->skipped) {
         counts[2]++;
-        return report_addf(rep, "skip %s: %s\n", t->dir, res->error);
+        return report_padded(rep, w, "skip %s: %s", t->dir, res->error);
     }
     if (res->error[0]) {
         counts[1]++;
-        return report_addf(rep, "FAIL %s: %s\n", t->dir, res->error);
+        return report_padded(rep, w, "FAIL %s: %s", t->dir, res->error);
     }
     counts[res->pass ? 0 : 1]++;
-    return report_addf(rep,
-                       "%s %s: %s %llux%llu (tested %llux%llu) batch %u max_abs_err %.3g "
-                       "tolerance %.3g speedup %.2fx\n",
-                       res->pass ? "pass" : "FAIL", t->dir, nm, (unsigned long long)res->rows,
-                       (unsigned long long)res->cols, (unsigned long long)res->rows_tested,
-                       (unsigned long long)res->cols_tested, res->batch, res->max_abs_err,
-                       res->tolerance, res->dense_seconds / res->sparse_seconds);
+    return report_padded(rep, w, PASS_FMT, res->pass ? "pass" : "FAIL", t->dir, nm,
+                         (unsigned long long)res->rows, (unsigned long long)res->cols,
+                         (unsigned long long)res->rows_tested, (unsigned long long)res->cols_tested,
+                         res->batch, res->max_abs_err, res->tolerance,
+                         speedup < 999999999.99 ? speedup : 999999999.99);
+}
+
+/* The root report's size, fixed at mount: each tensor's line at its widest,
+ * and the summary. */
+int tbm_selftest_report_size(const struct tbm_views *v, size_t unused, uint64_t *size)
+{
+    uint64_t total = summary_width() + 1;
+
+    (void)unused;
+    for (size_t i = 0; i < v->model->ntensors; i++)
+        total += line_width(&v->model->tensors[i]) + 1;
+    *size = total;
+    return 0;
 }
 
 int tbm_selftest_report_render(const struct tbm_views *v, size_t unused, char **out, size_t *len)
@@ -389,8 +503,7 @@ int tbm_selftest_report_render(const struct tbm_views *v, size_t unused, char **
             r = report_line(&rep, t, &res, counts);
     }
     if (r == 0)
-        r = report_addf(&rep, "selftest: %zu passed, %zu failed, %zu skipped\n", counts[0],
-                        counts[1], counts[2]);
+        r = report_padded(&rep, summary_width(), SUMMARY_FMT, counts[0], counts[1], counts[2]);
     if (r < 0) {
         free(rep.buf);
         return r;

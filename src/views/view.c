@@ -28,7 +28,7 @@ static const struct tbm_view table[] = {
         .name = "selftest",
         .place = TBM_VIEW_ROOT,
         .bytes = TBM_BYTES_RENDERED,
-        .sizing = TBM_SIZE_UNKNOWN,
+        .size = tbm_selftest_report_size,
         .render = tbm_selftest_report_render,
         .slow = true,
         .shared = true,
@@ -81,7 +81,9 @@ static const struct tbm_view table[] = {
         .name = "selftest",
         .place = TBM_VIEW_TENSOR,
         .bytes = TBM_BYTES_RENDERED,
-        .sizing = TBM_SIZE_UNKNOWN,
+        .sizing = TBM_SIZE_CACHED,
+        .cache = 1,
+        .size = tbm_selftest_size,
         .render = tbm_selftest_render,
         .slow = true,
         .shared = true,
@@ -136,9 +138,10 @@ int tbm_views_open(const struct tbm_model *model, const struct tbm_view_options 
         return r;
     v->model = model;
     v->batch = batch;
-    v->rendered_sizes = calloc(model->ntensors ? model->ntensors : 1, sizeof(*v->rendered_sizes));
-    if (!v->rendered_sizes || (r = tbm_selftests_init(v)) < 0 || (r = tbm_results_init(v)) < 0 ||
-        (r = tbm_model_json_prepare(v)) < 0)
+    for (int k = 0; k < 2; k++)
+        v->rendered_sizes[k] = calloc(model->ntensors ? model->ntensors : 1, sizeof(uint64_t));
+    if (!v->rendered_sizes[0] || !v->rendered_sizes[1] || (r = tbm_selftests_init(v)) < 0 ||
+        (r = tbm_results_init(v)) < 0 || (r = tbm_model_json_prepare(v)) < 0)
         goto out_err;
     *out = v;
     return 0;
@@ -154,7 +157,8 @@ void tbm_views_close(struct tbm_views *v)
         return;
     tbm_results_free(v);
     tbm_selftests_free(v);
-    free(v->rendered_sizes);
+    free(v->rendered_sizes[0]);
+    free(v->rendered_sizes[1]);
     free(v);
 }
 
@@ -208,14 +212,28 @@ const char *tbm_view_name(const struct tbm_view *view)
     return view->name;
 }
 
+enum tbm_view_place tbm_view_place(const struct tbm_view *view)
+{
+    return view->place;
+}
+
+const char *tbm_views_source_name(const struct tbm_views *v, size_t t)
+{
+    const struct tbm_tensor *tensor = &v->model->tensors[t];
+
+    return tensor->owns_src ? tensor->src->name : v->model->path;
+}
+
+bool tbm_views_change_report(const struct tbm_views *v, size_t t, char *buf, size_t len)
+{
+    struct tbm_source *src = v->model->tensors[t].src;
+
+    return src && tbm_source_take_report(src, buf, len);
+}
+
 bool tbm_view_rendered(const struct tbm_view *view)
 {
     return view->bytes == TBM_BYTES_RENDERED;
-}
-
-bool tbm_view_unsized(const struct tbm_view *view)
-{
-    return view->sizing == TBM_SIZE_UNKNOWN;
 }
 
 bool tbm_view_slow(const struct tbm_view *view)
@@ -281,7 +299,8 @@ int tbm_view_render(const struct tbm_views *v, const struct tbm_view *view, size
 static int cached_size(const struct tbm_views *v, const struct tbm_view *view, size_t t,
                        uint64_t *size)
 {
-    uint64_t known = atomic_load_explicit(&v->rendered_sizes[t], memory_order_relaxed);
+    _Atomic uint64_t *cache = &v->rendered_sizes[view->cache][t];
+    uint64_t known = atomic_load_explicit(cache, memory_order_relaxed);
 
     if (known) {
         *size = known - 1;
@@ -291,7 +310,7 @@ static int cached_size(const struct tbm_views *v, const struct tbm_view *view, s
     if (r < 0)
         return r;
     /* Two threads that race here store the same value. */
-    atomic_store_explicit(&v->rendered_sizes[t], *size + 1, memory_order_relaxed);
+    atomic_store_explicit(cache, *size + 1, memory_order_relaxed);
     return 0;
 }
 
@@ -304,8 +323,6 @@ int tbm_view_size(const struct tbm_views *v, const struct tbm_view *view, size_t
     if (!tbm_view_servable(v, view, t))
         return 0;
     switch (view->sizing) {
-    case TBM_SIZE_UNKNOWN:
-        return 0;
     case TBM_SIZE_CACHED:
         return cached_size(v, view, t, size);
     case TBM_SIZE_FN:
@@ -373,8 +390,11 @@ int tbm_view_locate(const struct tbm_views *v, const struct tbm_view *view, size
     out->fd = src->fd;
     out->pos = r->off + off;
     out->len = r->len - off < len ? (size_t)(r->len - off) : len;
-    /* The range was inside the source at mount; a source that has shrunk
-     * since gives EIO, as a short read does for tbm_view_read. */
+    /* The range was inside the source at mount; one that changed since is
+     * not served, as tbm_view_read would not. */
+    int r2 = tbm_source_verify(src);
+    if (r2 < 0)
+        return r2;
     if (tbm_source_size_now(src, &size) < 0 || size < out->pos + out->len)
         return TBM_ERR_IO;
     return 1;

@@ -215,8 +215,7 @@ static void check_row(const struct tbm_views *v, const struct tbm_view *row, siz
     size_t wlen;
     if (tbm_view_rendered(row)) {
         assert_int_equal(tbm_view_render(v, row, t, &whole, &wlen), 0);
-        if (!tbm_view_unsized(row))
-            assert_int_equal(wlen, size);
+        assert_int_equal(wlen, size);
     } else {
         assert_true(size < sizeof(buf));
         whole = malloc(size + 1);
