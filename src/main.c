@@ -1,7 +1,9 @@
 /* tbmfs: mounts a Tensorbit model read-only as a tree of tensors, or checks
  * it with --check. Parses the command line and wires model, views and FUSE. */
 #include <cblas.h>
+#include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <malloc.h>
 #include <stddef.h>
@@ -256,6 +258,55 @@ static void set_ownership(struct tbm_fs *fs, const struct tbm_model *model, cons
     }
 }
 
+/* Mounting over a directory that holds files, or over another mount, hides
+ * them until unmounted: allowed, as mount does, but said. */
+static void warn_mountpoint(const char *mountpoint, const struct stat *st)
+{
+    struct stat parent;
+    char *up = NULL;
+    size_t entries = 0;
+    DIR *d = opendir(mountpoint);
+
+    if (d) {
+        for (struct dirent *e; (e = readdir(d));)
+            entries += strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0;
+        closedir(d);
+    }
+    if (entries > 0)
+        fprintf(stderr, "tbmfs: warning: %s is not empty: the mount hides its %zu entr%s\n",
+                mountpoint, entries, entries == 1 ? "y" : "ies");
+    /* a mount point sits on another device than its parent, or is the
+     * parent's own inode (the root of a file system) */
+    if (asprintf(&up, "%s/..", mountpoint) >= 0 && stat(up, &parent) == 0 &&
+        (parent.st_dev != st->st_dev || parent.st_ino == st->st_ino))
+        fprintf(stderr, "tbmfs: warning: %s is already a mount point: the new mount hides it\n",
+                mountpoint);
+    free(up);
+}
+
+/* libfuse's own word for a /dev/fuse the user may not open is "Permission
+ * denied"; this says what to do. */
+static bool fuse_device_usable(void)
+{
+    int fd = open("/dev/fuse", O_RDWR | O_CLOEXEC);
+
+    if (fd >= 0) {
+        close(fd);
+        return true;
+    }
+    if (errno == EACCES || errno == EPERM)
+        fprintf(stderr,
+                "tbmfs: cannot open /dev/fuse: %s. Mounting needs read and write access to it: "
+                "join the group that owns it (ls -l /dev/fuse; often \"fuse\"), or have it "
+                "made 0666, or mount as root with -o allow_other so that others can read the "
+                "mount\n",
+                strerror(errno));
+    else
+        fprintf(stderr, "tbmfs: cannot open /dev/fuse: %s (is the fuse module loaded?)\n",
+                strerror(errno));
+    return false;
+}
+
 /* fsname shows in /proc/mounts; commas and backslashes would split or
  * escape the -o list, so they are escaped. max_read is a mount option that
  * libfuse also wants from init(), so it is always given. */
@@ -397,6 +448,9 @@ int main(int argc, char *argv[])
         fprintf(stderr, "tbmfs: %s: mount point is not a directory\n", opts.mountpoint);
         goto out;
     }
+    warn_mountpoint(opts.mountpoint, &st);
+    if (!fuse_device_usable())
+        goto out;
     if (select_isa(&isa) < 0)
         goto out;
     struct tbm_open_options open_opts = {.isa = isa, .strict = cli.strict, .http = &http_opts};

@@ -195,6 +195,22 @@ def streaming(suite):
         check(seen["eio"], "the streaming reader never got EIO (%d reads)" % seen["reads"])
 
 
+def mountpoint_warnings(suite):
+    path = os.path.join(suite.tmp, "w.tbm")
+    model(path, 70)
+    m = Mount(suite, path)
+    for name in ("x", "y"):
+        open(os.path.join(m.path, name), "w").close()
+    with m:
+        eq(m.start(), 0, "mount over a non-empty directory")
+        check("is not empty: the mount hides its 2 entries" in m.err, "stderr: %r" % m.err)
+        top = Mount(suite, path)
+        top.path = m.path
+        with top:
+            eq(top.start(), 0, "mount on top of the mount")
+            check("is already a mount point" in top.err, "stderr: %r" % top.err)
+
+
 def main(suite):
     global gen
     gen = harness.load_gen()
@@ -202,6 +218,7 @@ def main(suite):
     suite.case("stat size = bytes for every file; tar round-trips", lambda: sizes_and_tar(suite))
     suite.case("ownership and modes from the source; -o uid, gid, umask",
                lambda: ownership(suite))
+    suite.case("mount-point warnings", lambda: mountpoint_warnings(suite))
     for how in ("rewrite", "truncate", "append", "rename"):
         suite.case("source changed by %s" % how, lambda how=how: changed(suite, how), timeout=60)
     suite.case("a rewrite while a reader streams: EIO, never mixed bytes",
