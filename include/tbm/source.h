@@ -47,6 +47,9 @@ struct tbm_source {
     atomic_bool changed;
     atomic_bool reported; /* the change was logged */
     struct tbm_source_id changed_to;
+    /* set by tbm_source_detach: the file is opened only while read */
+    int (*reopen)(void *ctx, const char *name);
+    void *reopen_ctx;
 };
 
 /* Opens the regular file at path (relative to dirfd, or AT_FDCWD) for
@@ -58,6 +61,13 @@ int tbm_source_open_file(const char *path, struct tbm_source **out, const char *
 /* Wraps fd, an open regular file that the source then owns; name is copied
  * for messages. TBM_ERR_NOMEM or TBM_ERR_SOURCE (with *why). */
 int tbm_source_from_fd(int fd, const char *name, struct tbm_source **out, const char **why);
+
+/* Closes src's descriptor and has it opened again, with reopen(ctx, name),
+ * only while it is read, and checked to be the same file then: for
+ * manifests with more files than the process may hold open. The source
+ * then has no descriptor to splice from. */
+void tbm_source_detach(struct tbm_source *src, int (*reopen)(void *ctx, const char *name),
+                       void *ctx);
 
 /* Reads exactly len bytes at off; TBM_ERR_IO when the source ends sooner,
  * TBM_ERR_CHANGED when it is no longer the file it was when opened (checked

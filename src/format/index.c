@@ -183,7 +183,12 @@ static int add_tensor(struct tbm_opener *o, struct json_object *entry, size_t i,
     }
     if ((r = locate(o, t, &e, &data_end)) <= 0)
         return r;
-    return tbm_tensor_validate(t, entry, data_end, rd);
+    r = tbm_tensor_validate(t, entry, data_end, rd);
+    /* A manifest of more files than the process may keep open mounts all
+     * the same: the files past the budget are opened when read. */
+    if (t->owns_src && atomic_fetch_add(&o->kept_fds, 1) >= o->fd_budget)
+        tbm_source_detach(t->src, tbm_manifest_reopen, o->m);
+    return r;
 }
 
 /* Below this many tensors one thread does the work sooner than several. */

@@ -3,6 +3,7 @@
 #define TBM_FORMAT_INTERNAL_H
 
 #include <json-c/json.h>
+#include <stdatomic.h>
 
 #include "table.h"
 
@@ -163,6 +164,10 @@ int tbm_tensor_validate(struct tbm_tensor *t, struct json_object *entry, uint64_
 int tbm_manifest_open_file(int dirfd, const char *dirpath, const char *file, size_t len,
                            const char **why);
 
+/* Opens a manifest file of model ctx again, confined as at first (for a
+ * detached source); -1 when it cannot. */
+int tbm_manifest_reopen(void *ctx, const char *file);
+
 /* What an open carries from one job to the next. */
 struct tbm_opener {
     const char *given; /* SOURCE as the user wrote it */
@@ -173,6 +178,10 @@ struct tbm_opener {
     struct json_object *entries; /* its "tensors" array */
     struct tbm_json_split split; /* that array's elements, when parsed in slices */
     uint64_t data_end;           /* container: where the index starts */
+    /* manifest files kept open, and how many may be: past that, a file is
+     * opened again whenever it is read */
+    atomic_size_t kept_fds;
+    size_t fd_budget;
     char *err;
     size_t errlen;
 };

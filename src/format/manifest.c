@@ -105,6 +105,14 @@ int tbm_manifest_open_file(int dirfd, const char *dirpath, const char *file, siz
     return fd;
 }
 
+int tbm_manifest_reopen(void *ctx, const char *file)
+{
+    const struct tbm_model *m = ctx;
+    const char *why;
+
+    return tbm_manifest_open_file(m->dirfd, m->path, file, strlen(file), &why);
+}
+
 /* What a directory without manifest.json holds instead, for its refusal:
  * its .tbm files (a tb-prune output directory), else how many .tb files. */
 static int refuse_without_manifest(struct tbm_opener *o)

@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -36,6 +37,17 @@ static void clean_error(char *err, size_t errlen)
         return;
     memcpy(raw, err, len);
     tbm_text_clean(err, errlen, raw, len);
+}
+
+/* Descriptors that manifest files may keep open: the limit, less room for
+ * FUSE, its workers, sockets and the reopened files of reads under way. */
+static size_t fd_budget(void)
+{
+    struct rlimit rl;
+
+    if (getrlimit(RLIMIT_NOFILE, &rl) < 0 || rl.rlim_cur == RLIM_INFINITY)
+        return 1 << 20;
+    return rl.rlim_cur > 512 ? (size_t)rl.rlim_cur - 256 : (size_t)rl.rlim_cur / 2;
 }
 
 static bool ends_with(const char *s, const char *suffix)
@@ -142,6 +154,7 @@ int tbm_model_open(const char *path, const struct tbm_open_options *opts, struct
     }
     m->dirfd = -1;
     m->isa = opts->isa;
+    o.fd_budget = fd_budget();
     m->path = tbm_source_is_url(path) ? strdup(path) : realpath(path, NULL);
     if (!m->path) {
         snprintf(err, errlen, "%s: %s", path, strerror(errno));

@@ -9,25 +9,60 @@
 
 #include "tbm/source.h"
 
+static void id_of(const struct stat *st, struct tbm_source_id *out);
+
+/* The descriptor to read a detached source through: opened again, and only
+ * if it is still the same inode (a file swapped for another is a change). */
+static int open_fd(struct tbm_source *src)
+{
+    struct stat st;
+
+    if (src->fd >= 0)
+        return src->fd;
+    int fd = src->reopen(src->reopen_ctx, src->name);
+    if (fd < 0)
+        return -1;
+    if (fstat(fd, &st) < 0 || (uint64_t)st.st_dev != src->id.dev ||
+        (uint64_t)st.st_ino != src->id.ino) {
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+static void close_fd(struct tbm_source *src, int fd)
+{
+    if (fd != src->fd)
+        close(fd);
+}
+
 static int file_read(struct tbm_source *src, void *buf, size_t len, uint64_t off, size_t *got)
 {
     size_t done = 0;
+    int fd = open_fd(src);
 
     *got = 0;
-    while (done < len) {
-        if (off + done > (uint64_t)INT64_MAX)
-            return TBM_ERR_IO;
-        ssize_t n = pread(src->fd, (char *)buf + done, len - done, (off_t)(off + done));
+    if (fd < 0)
+        return TBM_ERR_IO;
+    int r = 0;
+    while (done < len && r == 0) {
+        if (off + done > (uint64_t)INT64_MAX) {
+            r = TBM_ERR_IO;
+            break;
+        }
+        ssize_t n = pread(fd, (char *)buf + done, len - done, (off_t)(off + done));
         if (n < 0 && errno == EINTR)
             continue;
         if (n < 0)
-            return TBM_ERR_IO;
-        if (n == 0)
+            r = TBM_ERR_IO;
+        else if (n == 0)
             break;
-        done += (size_t)n;
+        else
+            done += (size_t)n;
     }
+    close_fd(src, fd);
     *got = done;
-    return 0;
+    return r;
 }
 
 static void id_of(const struct stat *st, struct tbm_source_id *out)
@@ -43,16 +78,36 @@ static void id_of(const struct stat *st, struct tbm_source_id *out)
 static int file_identify(struct tbm_source *src, struct tbm_source_id *out)
 {
     struct stat st;
+    int fd = open_fd(src);
 
-    if (fstat(src->fd, &st) < 0)
+    if (fd < 0) {
+        /* gone, or another file by now: a change, not a failure to read */
+        memset(out, 0, sizeof(*out));
+        return 0;
+    }
+    int r = fstat(fd, &st);
+    close_fd(src, fd);
+    if (r < 0)
         return TBM_ERR_IO;
     id_of(&st, out);
     return 0;
 }
 
+void tbm_source_detach(struct tbm_source *src, int (*reopen)(void *ctx, const char *name),
+                       void *ctx)
+{
+    if (src->fd < 0)
+        return;
+    src->reopen = reopen;
+    src->reopen_ctx = ctx;
+    close(src->fd);
+    src->fd = -1;
+}
+
 static void file_close(struct tbm_source *src)
 {
-    close(src->fd);
+    if (src->fd >= 0)
+        close(src->fd);
     free(src->name);
     free(src);
 }

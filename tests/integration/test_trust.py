@@ -211,6 +211,33 @@ def mountpoint_warnings(suite):
             check("is already a mount point" in top.err, "stderr: %r" % top.err)
 
 
+def many_files(suite):
+    """A 30,000-file manifest under ulimit -n 1024: the files past what the limit allows are
+    opened when read, and read right."""
+    d = os.path.join(suite.tmp, "many")
+    ts = gen.many_tensors(30000, numel=16, dtype="fp16", nm=(2, 4), seed=3)
+    gen.write_manifest(d, ts)
+    limited = ["prlimit", "--nofile=1024:1024", harness.TBMFS]
+    p = subprocess.run(limited + ["--check", d], capture_output=True, timeout=120)
+    eq(p.returncode, 0, "--check exit (%s)" % p.stderr.decode()[-300:])
+    check(p.stdout.decode().strip().endswith("30000 tensors, 0 with problems, 0 warnings"),
+          "summary: %r" % p.stdout.decode()[-200:])
+    m = Mount(suite, d)
+    with m:
+        p = subprocess.run(limited + [d, m.path], capture_output=True, timeout=120)
+        eq(p.returncode, 0, "mount exit (%s)" % p.stderr.decode()[-300:])
+        m.pid = m.find_daemon()
+        suite.mounts.append(m)
+        eq(len(os.listdir(m.p("tensors"))), 30000, "tensors")
+        dirs = sorted(os.listdir(m.p("tensors")))
+        want = gen.blob(ts[0])
+        for name in (dirs[0], dirs[15000], dirs[-1]):
+            eq(read_all(m.p("tensors", name, "raw.tb")), want, "%s raw.tb" % name)
+            eq(harness.read_json(m.p("tensors", name, "header.json"))["problems"], [], name)
+        with open("/proc/%d/limits" % m.pid) as f:
+            check(any("Max open files" in x and "1024" in x for x in f), "the daemon's limit")
+
+
 def main(suite):
     global gen
     gen = harness.load_gen()
@@ -219,6 +246,8 @@ def main(suite):
     suite.case("ownership and modes from the source; -o uid, gid, umask",
                lambda: ownership(suite))
     suite.case("mount-point warnings", lambda: mountpoint_warnings(suite))
+    suite.case("30,000 manifest files under ulimit -n 1024", lambda: many_files(suite),
+               timeout=240)
     for how in ("rewrite", "truncate", "append", "rename"):
         suite.case("source changed by %s" % how, lambda how=how: changed(suite, how), timeout=60)
     suite.case("a rewrite while a reader streams: EIO, never mixed bytes",
