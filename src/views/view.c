@@ -222,6 +222,11 @@ bool tbm_view_slow(const struct tbm_view *view)
     return view->slow;
 }
 
+bool tbm_view_ready(const struct tbm_views *v, const struct tbm_view *view, size_t t)
+{
+    return view->shared && tbm_results_ready(v, view, t);
+}
+
 /* The region of a source view for tensor t, or NULL when it is computed. */
 static const struct tbm_region *region_of(const struct tbm_views *v, const struct tbm_view *view,
                                           size_t t, uint64_t *skip)
