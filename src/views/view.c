@@ -44,6 +44,10 @@ static const struct tbm_view table[] = {
         .bytes = TBM_BYTES_RENDERED,
         .sizing = TBM_SIZE_RENDERED,
         .render = tbm_header_json_render,
+        /* up to megabytes (a name or index entry may be that long): once
+         * per mount, not per open descriptor */
+        .shared = true,
+        .evictable = true,
     },
     {
         .name = "weights.bin",
