@@ -136,13 +136,12 @@ static void on_interrupt(fuse_req_t req, void *arg)
             *p = found->next;
             if (u->tail == found)
                 u->tail = prev;
-            if (!u->head) {
-                d->idle++;
-                forget_idle(d);
-            }
+            d->idle += !u->head;
             break;
         }
     }
+    /* only now: it may free u */
+    forget_idle(d);
     pthread_mutex_unlock(&d->lock);
     if (found) {
         fuse_reply_err(req, EINTR);
