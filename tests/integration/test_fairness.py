@@ -158,7 +158,7 @@ def fair_queue(suite):
     queue, and another user's first self-test: it waits for at most the one under way, not
     for the 30 before it. Every measurement takes tensors not tested yet (results are cached
     per mount). The looper's self-tests take about an eighth of the other's, so that the
-    queue taken in turn gives about 1.1 times the time alone and a plain FIFO about 5."""
+    queue taken in turn gives about 1.1 times the time alone and a plain FIFO about 4."""
     src = os.path.join(suite.tmp, "fair.tbm")
     mk = gen.make_tensor
     small = [mk("loop%03d" % k, [512, 512], "fp16", (2, 4), 1000 + k)
