@@ -78,6 +78,10 @@ bool tbm_view_slow(const struct tbm_view *view);
 
 /* In what follows, t is the tensor (ignored for root files). */
 
+/* Whether the view is rendered once per mount and that render is done, so
+ * that an open is answered at once: cheap, one lookup, never renders. */
+bool tbm_view_ready(const struct tbm_views *views, const struct tbm_view *view, size_t t);
+
 /* Whether the view can be served: false for the views of a broken tensor
  * that validation found unsafe. Such a view has size 0 and its reads fail
  * with TBM_ERR_BROKEN. */

@@ -1,9 +1,12 @@
 /* Opens of the self-test files are answered by a thread of their own, one at
- * a time, so that self-tests never hold the workers that serve the rest. */
+ * a time, so that self-tests never hold the workers that serve the rest; the
+ * waiting openers' users are taken in turn, so that one user's many opens
+ * cannot make another's wait behind all of them. */
 #include "fs.h"
 
 #include <errno.h>
 #include <pthread.h>
+#include <stdint.h>
 #include <stdlib.h>
 
 struct job {
@@ -11,28 +14,86 @@ struct job {
     struct fuse_file_info fi;
     const struct tbm_view *view;
     size_t t;
+    uint64_t arrival; /* breaks ties between users never served */
     struct job *next;
 };
+
+/* A user's queued opens, in the order they were asked, and when the user
+ * was last served. */
+struct user {
+    uid_t uid;
+    uint64_t served; /* the run that last served it; 0: never */
+    struct job *head, *tail;
+    struct user *next;
+};
+
+/* Users with nothing queued are remembered, for their turn, up to this many;
+ * past it the least recently served is forgotten, and counts as never served
+ * when it comes back, as it would nearly have anyway. What is kept per user
+ * is then bounded by the opens queued plus this. */
+#define IDLE_USERS 64
 
 struct tbm_deferred {
     const struct tbm_fs *fs;
     pthread_t thread;
     pthread_mutex_t lock;
     pthread_cond_t ready;
-    struct job *head, *tail; /* FIFO: self-tests run in the order they were asked */
+    struct user *users; /* those with opens queued, and the idle ones remembered */
+    size_t idle;
+    uint64_t arrivals, runs;
     bool stopping;
 };
 
+/* Forgets the least recently served idle user while too many are kept. */
+static void forget_idle(struct tbm_deferred *d)
+{
+    while (d->idle > IDLE_USERS) {
+        struct user **oldest = NULL;
+        for (struct user **p = &d->users; *p; p = &(*p)->next)
+            if (!(*p)->head && (!oldest || (*p)->served < (*oldest)->served))
+                oldest = p;
+        struct user *u = *oldest;
+        *oldest = u->next;
+        free(u);
+        d->idle--;
+    }
+}
+
+/* Removes the first job of u's queue. */
+static struct job *pop(struct tbm_deferred *d, struct user *u)
+{
+    struct job *j = u->head;
+
+    u->head = j->next;
+    if (!u->head) {
+        u->tail = NULL;
+        d->idle++;
+    }
+    return j;
+}
+
+/* The next job: that of the user least recently served, the earliest asked
+ * among users never served. */
 static struct job *take(struct tbm_deferred *d)
 {
+    struct user *best;
+
     pthread_mutex_lock(&d->lock);
-    while (!d->head && !d->stopping)
+    for (;;) {
+        best = NULL;
+        for (struct user *u = d->users; u && !d->stopping; u = u->next) {
+            if (u->head && (!best || u->served < best->served ||
+                            (u->served == best->served && u->head->arrival < best->head->arrival)))
+                best = u;
+        }
+        if (best || d->stopping)
+            break;
         pthread_cond_wait(&d->ready, &d->lock);
-    struct job *j = d->stopping ? NULL : d->head;
-    if (j) {
-        d->head = j->next;
-        if (!d->head)
-            d->tail = NULL;
+    }
+    struct job *j = best ? pop(d, best) : NULL;
+    if (best) {
+        best->served = ++d->runs;
+        forget_idle(d);
     }
     pthread_mutex_unlock(&d->lock);
     return j;
@@ -67,15 +128,20 @@ static void on_interrupt(fuse_req_t req, void *arg)
     struct job *found = NULL;
 
     pthread_mutex_lock(&d->lock);
-    for (struct job **p = &d->head, *prev = NULL; *p; prev = *p, p = &(*p)->next) {
-        if ((*p)->req != req)
-            continue;
-        found = *p;
-        *p = found->next;
-        if (d->tail == found)
-            d->tail = prev;
-        break;
+    for (struct user *u = d->users; u && !found; u = u->next) {
+        for (struct job **p = &u->head, *prev = NULL; *p; prev = *p, p = &(*p)->next) {
+            if ((*p)->req != req)
+                continue;
+            found = *p;
+            *p = found->next;
+            if (u->tail == found)
+                u->tail = prev;
+            d->idle += !u->head;
+            break;
+        }
     }
+    /* only now: it may free u */
+    forget_idle(d);
     pthread_mutex_unlock(&d->lock);
     if (found) {
         fuse_reply_err(req, EINTR);
@@ -103,10 +169,30 @@ int tbm_deferred_start(const struct tbm_fs *fs, struct tbm_deferred **out)
     return 0;
 }
 
+/* The record of uid, made (idle) if there is none; NULL when out of memory. */
+static struct user *user_of(struct tbm_deferred *d, uid_t uid)
+{
+    struct user *u = d->users;
+
+    while (u && u->uid != uid)
+        u = u->next;
+    if (u)
+        return u;
+    u = calloc(1, sizeof(*u));
+    if (!u)
+        return NULL;
+    u->uid = uid;
+    u->next = d->users;
+    d->users = u;
+    d->idle++;
+    return u;
+}
+
 bool tbm_deferred_push(struct tbm_deferred *d, fuse_req_t req, const struct fuse_file_info *fi,
                        const struct tbm_view *view, size_t t)
 {
     struct job *j = malloc(sizeof(*j));
+    struct user *u = NULL;
 
     if (!j)
         return false;
@@ -116,18 +202,24 @@ bool tbm_deferred_push(struct tbm_deferred *d, fuse_req_t req, const struct fuse
      * has marked the request, and is answered here. */
     pthread_mutex_lock(&d->lock);
     bool interrupted = fuse_req_interrupted(req);
-    if (!interrupted) {
-        if (d->tail)
-            d->tail->next = j;
-        else
-            d->head = j;
-        d->tail = j;
+    if (!interrupted && (u = user_of(d, fuse_req_ctx(req)->uid))) {
+        j->arrival = ++d->arrivals;
+        if (u->tail) {
+            u->tail->next = j;
+        } else {
+            u->head = j;
+            d->idle--;
+        }
+        u->tail = j;
         pthread_cond_signal(&d->ready);
     }
     pthread_mutex_unlock(&d->lock);
     if (interrupted) {
         fuse_reply_err(req, EINTR);
         free(j);
+    } else if (!u) {
+        free(j);
+        return false;
     }
     return true;
 }
@@ -144,10 +236,14 @@ void tbm_deferred_stop(struct tbm_deferred *d)
     pthread_join(d->thread, NULL);
     /* The mount is going: what was never run is answered, which also frees
      * its request. */
-    for (struct job *j = d->head, *next; j; j = next) {
-        next = j->next;
-        fuse_reply_err(j->req, ENOTCONN);
-        free(j);
+    for (struct user *u = d->users, *unext; u; u = unext) {
+        unext = u->next;
+        for (struct job *j = u->head, *next; j; j = next) {
+            next = j->next;
+            fuse_reply_err(j->req, ENOTCONN);
+            free(j);
+        }
+        free(u);
     }
     pthread_cond_destroy(&d->ready);
     pthread_mutex_destroy(&d->lock);

@@ -414,7 +414,9 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
         fuse_reply_open(req, fi);
         return;
     }
-    if (tbm_view_slow(n.view) && fs->deferred &&
+    /* A result already rendered is handed over here: queued, its open would
+     * wait for the self-tests of others for nothing. */
+    if (tbm_view_slow(n.view) && fs->deferred && !tbm_view_ready(fs->views, n.view, t) &&
         tbm_deferred_push(fs->deferred, req, fi, n.view, t))
         return;
     tbm_fs_open_result(fs, req, fi, n.view, t);

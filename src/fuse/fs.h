@@ -56,9 +56,11 @@ int tbm_fs_thread(pthread_t *thread, void *(*fn)(void *), void *arg);
 void tbm_fs_open_result(const struct tbm_fs *fs, fuse_req_t req, struct fuse_file_info *fi,
                         const struct tbm_view *view, size_t t);
 
-/* A thread that answers, one at a time and in order, the opens of views that
- * are generated when opened (the self-tests), so that a self-test never holds
- * a FUSE worker: ten readers of selftest files would otherwise hold them all. */
+/* A thread that answers, one at a time, the opens of views that are generated
+ * when opened (the self-tests), so that a self-test never holds a FUSE
+ * worker: ten readers of selftest files would otherwise hold them all. It
+ * takes the waiting openers' users in turn: the next open is that of the user
+ * served least recently (of those never served, the earliest asked). */
 int tbm_deferred_start(const struct tbm_fs *fs, struct tbm_deferred **out);
 /* Queues an open for tbm_fs_open_result; false when out of memory. */
 bool tbm_deferred_push(struct tbm_deferred *d, fuse_req_t req, const struct fuse_file_info *fi,

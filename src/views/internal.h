@@ -100,6 +100,9 @@ void tbm_results_free(struct tbm_views *v);
  * now (once, however many ask at the same time). */
 int tbm_results_get(const struct tbm_views *v, const struct tbm_view *row, size_t t,
                     struct tbm_result **out);
+/* Whether row's result for tensor t is rendered and cached, so that
+ * tbm_results_get would hand it over at once. */
+bool tbm_results_ready(const struct tbm_views *v, const struct tbm_view *row, size_t t);
 /* A result holding a copy of len bytes of data, one reference. */
 struct tbm_result *tbm_result_new(const char *data, size_t len);
 

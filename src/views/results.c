@@ -152,6 +152,17 @@ static void evict(struct tbm_results *c)
     }
 }
 
+bool tbm_results_ready(const struct tbm_views *v, const struct tbm_view *row, size_t t)
+{
+    struct tbm_results *c = v->results;
+
+    pthread_mutex_lock(&c->lock);
+    const struct entry *e = *find(c, row, t);
+    bool ready = e && !e->running;
+    pthread_mutex_unlock(&c->lock);
+    return ready;
+}
+
 int tbm_results_get(const struct tbm_views *v, const struct tbm_view *row, size_t t,
                     struct tbm_result **out)
 {

@@ -46,6 +46,10 @@ static const struct tbm_view table[] = {
         .sizing = TBM_SIZE_CACHED,
         .size = tbm_header_json_size,
         .render = tbm_header_json_render,
+        /* up to megabytes (a name or index entry may be that long): once
+         * per mount, not per open descriptor */
+        .shared = true,
+        .evictable = true,
     },
     {
         .name = "weights.bin",
@@ -239,6 +243,11 @@ bool tbm_view_rendered(const struct tbm_view *view)
 bool tbm_view_slow(const struct tbm_view *view)
 {
     return view->slow;
+}
+
+bool tbm_view_ready(const struct tbm_views *v, const struct tbm_view *view, size_t t)
+{
+    return view->shared && tbm_results_ready(v, view, t);
 }
 
 /* The region of a source view for tensor t, or NULL when it is computed. */
