@@ -3,6 +3,8 @@
 #include <cblas.h>
 #include <dirent.h>
 #include <errno.h>
+#include <pthread.h>
+#include <time.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <malloc.h>
@@ -208,6 +210,69 @@ static size_t print_messages(const char *source, const struct tbm_model *m, size
     return n;
 }
 
+struct progress {
+    const struct tbm_model *model;
+    pthread_mutex_t lock;
+    pthread_cond_t done_cond;
+    bool done;
+};
+
+/* --check reads every mask and weight; on a terminal, a run longer than a
+ * second shows how far it is on one line of stderr, erased at the end. */
+static void *show_progress(void *arg)
+{
+    struct progress *p = arg;
+    struct timespec start, now, until;
+    bool shown = false;
+
+    clock_gettime(CLOCK_MONOTONIC, &start);
+    pthread_mutex_lock(&p->lock);
+    for (int tick = 1; !p->done; tick++) {
+        clock_gettime(CLOCK_REALTIME, &until);
+        until.tv_nsec += 500000000L;
+        until.tv_sec += until.tv_nsec / 1000000000L;
+        until.tv_nsec %= 1000000000L;
+        pthread_cond_timedwait(&p->done_cond, &p->lock, &until);
+        if (p->done || tick < 2)
+            continue;
+        uint64_t done, total;
+        tbm_model_stats_progress(p->model, &done, &total);
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        double secs = (double)(now.tv_sec - start.tv_sec) + (now.tv_nsec - start.tv_nsec) * 1e-9;
+        double rate = secs > 0 ? (double)done / secs : 0;
+        fprintf(stderr, "\rtbmfs: checking: %.0f of %.0f MiB, %.0f MiB/s, %.0f s left\033[K",
+                (double)done / 1048576, (double)total / 1048576, rate / 1048576,
+                rate > 0 ? (double)(total - (done < total ? done : total)) / rate : 0.0);
+        shown = true;
+    }
+    pthread_mutex_unlock(&p->lock);
+    if (shown)
+        fprintf(stderr, "\r\033[K");
+    return NULL;
+}
+
+static int compute_with_progress(const struct tbm_model *m)
+{
+    struct progress p = {.model = m};
+    pthread_t thread;
+    bool started = false;
+
+    pthread_mutex_init(&p.lock, NULL);
+    pthread_cond_init(&p.done_cond, NULL);
+    if (isatty(STDERR_FILENO))
+        started = pthread_create(&thread, NULL, show_progress, &p) == 0;
+    int r = tbm_model_compute_stats(m);
+    pthread_mutex_lock(&p.lock);
+    p.done = true;
+    pthread_cond_signal(&p.done_cond);
+    pthread_mutex_unlock(&p.lock);
+    if (started)
+        pthread_join(thread, NULL);
+    pthread_cond_destroy(&p.done_cond);
+    pthread_mutex_destroy(&p.lock);
+    return r;
+}
+
 static int run_check(const char *given, const struct tbm_open_options *opts)
 {
     struct tbm_model *m;
@@ -221,7 +286,7 @@ static int run_check(const char *given, const struct tbm_open_options *opts)
         return 2;
     }
     /* --check reads every mask and weight: the statistics' warnings too */
-    if (tbm_model_compute_stats(m) < 0) {
+    if (compute_with_progress(m) < 0) {
         fprintf(stderr, "tbmfs: %s: out of memory computing statistics\n", source);
         tbm_model_close(m);
         return 2;

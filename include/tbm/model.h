@@ -7,6 +7,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "tbm/kernels.h"
 #include "tbm/source.h"
@@ -47,6 +48,10 @@ const char *tbm_model_tensor_dir(const struct tbm_model *model, size_t t);
 /* Computes every tensor's mask statistics (the mount computes them only
  * when first needed), in parallel; 0 or TBM_ERR_NOMEM. */
 int tbm_model_compute_stats(const struct tbm_model *model);
+
+/* How far tbm_model_compute_stats has come: bytes of masks and weights
+ * read so far, of *total. */
+void tbm_model_stats_progress(const struct tbm_model *model, uint64_t *done, uint64_t *total);
 
 /* The number of tensor t's problems (problems true) or warnings, the
  * warnings of its statistics included (which computes them). */

@@ -27,6 +27,7 @@ struct slot {
 };
 
 struct tbm_stats_table {
+    atomic_uint_fast64_t bytes_read; /* for tbm_model_stats_progress */
     pthread_mutex_t locks[LOCKS];
     struct slot *slots;
     size_t n;
@@ -69,9 +70,10 @@ struct count_buf {
     uint8_t *mask;
 };
 
-static int count_blob(const struct tbm_tensor *t, enum tbm_isa isa, struct count_buf *buf,
-                      struct tbm_mask_stats *out)
+static int count_blob(const struct tbm_model *model, const struct tbm_tensor *t,
+                      struct count_buf *buf, struct tbm_mask_stats *out)
 {
+    enum tbm_isa isa = model->isa;
     const struct tbm_blob_header *h = &t->hdr;
     size_t es = tbm_precision_size(h->precision);
     uint32_t m = h->nm_m;
@@ -86,6 +88,7 @@ static int count_blob(const struct tbm_tensor *t, enum tbm_isa isa, struct count
             r = tbm_mask_read(t, i / m, groups, buf->mask);
         if (r < 0)
             return r;
+        atomic_fetch_add(&model->stats->bytes_read, n * es + groups * tbm_mask_word_bytes(m));
         tbm_mask_count(isa, h->precision, buf->weights, buf->mask, h->nm_n, m, n, out);
     }
     return 0;
@@ -130,7 +133,7 @@ static int compute(const struct tbm_model *m, const struct tbm_tensor *t, struct
         r = TBM_ERR_NOMEM;
         goto out;
     }
-    r = count_blob(t, m->isa, &buf, &st->counts);
+    r = count_blob(m, t, &buf, &st->counts);
     if (r == TBM_ERR_IO || r == TBM_ERR_CHANGED) {
         /* everything else was fixed at mount; these stay null, and say why */
         r = add_text(s, "statistics unknown: the source could not be read when they were "
@@ -189,4 +192,15 @@ int tbm_model_compute_stats(const struct tbm_model *m)
     struct tbm_opener o = {.m = (struct tbm_model *)m};
 
     return tbm_for_each_span(&o, m->ntensors, stats_span);
+}
+
+void tbm_model_stats_progress(const struct tbm_model *m, uint64_t *done, uint64_t *total)
+{
+    *total = 0;
+    for (size_t i = 0; i < m->ntensors; i++) {
+        const struct tbm_tensor *t = &m->tensors[i];
+        if (t->header_sound && t->weights.ok && t->hdr.nm_m && t->mask_usable && t->mask.ok)
+            *total += t->weights.len + t->mask.len;
+    }
+    *done = atomic_load(&m->stats->bytes_read);
 }
