@@ -413,6 +413,7 @@ static int serve(struct fuse_args *args, const struct fuse_cmdline_opts *opts, s
         goto out_unmount;
     fs->se = se;
     fs->foreground = opts->foreground;
+    fs->debug = opts->debug;
     tbm_fs_widen_readahead(opts->mountpoint);
     /* Threads start after fuse_daemonize, whose fork they would not survive.
      * Without this one, self-tests run in the FUSE workers. */

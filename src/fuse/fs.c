@@ -400,6 +400,12 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
         fuse_reply_err(req, EISDIR);
         return;
     }
+    /* libfuse's -d lines show node numbers; this says which file one is */
+    if (fs->debug)
+        fprintf(stderr, "tbmfs: open node %lu: %s%s%s%s\n", (unsigned long)ino,
+                n.tensor < 0 ? "" : "tensors/",
+                n.tensor < 0 ? "" : tbm_views_tensor_dir(fs->views, (size_t)n.tensor),
+                n.tensor < 0 ? "" : "/", tbm_view_name(n.view));
     if ((fi->flags & O_ACCMODE) != O_RDONLY || (fi->flags & O_TRUNC)) {
         fuse_reply_err(req, EROFS);
         return;

@@ -25,6 +25,7 @@ struct tbm_fs {
     struct tbm_deferred *deferred; /* answers the self-test opens; NULL: inline */
     struct fuse_session *se;       /* for the kernel-cache notifications */
     bool foreground;               /* log to stderr, else to syslog */
+    bool debug;                    /* -d: name the file of each node opened */
 };
 
 /* One past the largest inode number of the tree. */
