@@ -238,6 +238,29 @@ def many_files(suite):
             check(any("Max open files" in x and "1024" in x for x in f), "the daemon's limit")
 
 
+def explained(suite):
+    """Each EIO is logged once naming tensor, view and reason; -d names the file of a node."""
+    path = os.path.join(suite.tmp, "broken.tbm")
+    mk = gen.make_tensor
+    models.write_container(gen, path, [mk("good", [8], "fp32", (2, 4), 1),
+                                       mk("bad", [8], "fp32", (2, 4), 2, header={"magic": 7})])
+    m = Mount(suite, path, args=["-d"], foreground=True)
+    with m:
+        eq(m.start(), None, "mount")
+        for _ in range(3):
+            eq(ename(errno_of(read_all, m.p("tensors", "bad", "dense.f32"))), "EIO", "dense.f32")
+        read_all(m.p("tensors", "good", "header.json"))
+        m.unmount()
+        m.wait_exit(10)
+        m.out, m.err = (x.decode() for x in m.proc.communicate(timeout=CMD_TIMEOUT))
+    lines = [x for x in m.err.splitlines() if x.startswith("tbmfs: ")]
+    eq([x for x in lines if "tensor bad: dense.f32:" in x],
+       ["tbmfs: tensor bad: dense.f32: the tensor has problems (see header.json or tbmfs "
+        "--check)"], "the failure, logged once")
+    check(any(re.match(r"tbmfs: open node \d+: tensors/good/header.json$", x) for x in lines),
+          "-d names the node: %r" % lines)
+
+
 def main(suite):
     global gen
     gen = harness.load_gen()
@@ -246,6 +269,7 @@ def main(suite):
     suite.case("ownership and modes from the source; -o uid, gid, umask",
                lambda: ownership(suite))
     suite.case("mount-point warnings", lambda: mountpoint_warnings(suite))
+    suite.case("failures explained: logged once; -d names the node", lambda: explained(suite))
     suite.case("30,000 manifest files under ulimit -n 1024", lambda: many_files(suite),
                timeout=240)
     for how in ("rewrite", "truncate", "append", "rename"):
