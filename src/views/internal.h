@@ -64,6 +64,11 @@ struct tbm_view {
 void tbm_copy_range(char *buf, uint64_t off, size_t len, const char *src, size_t srclen,
                     size_t *got);
 
+/* Pads a rendered document (ending in a newline) to size bytes with spaces
+ * before that newline: JSON and report lines allow them, and a size fixed
+ * before the content is known is what stat reported. Frees *doc on failure. */
+int tbm_pad_doc(char **doc, size_t *len, uint64_t size);
+
 /* Serializes obj pretty-printed with a final newline into a malloc'd buffer. */
 int tbm_json_dump(struct json_object *obj, char **out, size_t *len);
 

@@ -80,27 +80,6 @@ static struct json_object *warnings_json(const struct tbm_tensor *t,
     return arr;
 }
 
-/* Pads a rendered document to size bytes with spaces before its final
- * newline: JSON allows them, and a size fixed before the statistics are
- * known is what stat reported. */
-static int pad_to(char **doc, size_t *len, uint64_t size)
-{
-    if (*len > size) {
-        free(*doc);
-        return TBM_ERR_NOMEM; /* a bound of ours was wrong: never served cut */
-    }
-    char *p = realloc(*doc, size);
-    if (!p) {
-        free(*doc);
-        return TBM_ERR_NOMEM;
-    }
-    memset(p + *len - 1, ' ', size - *len);
-    p[size - 1] = '\n';
-    *doc = p;
-    *len = size;
-    return 0;
-}
-
 /* What the statistics can add to a header.json beyond its rendering without
  * them: four numbers for four nulls (at most 20 digits, or 24 characters
  * of a double, each) and at most two warnings of at most 120 bytes each
@@ -173,7 +152,7 @@ int tbm_header_json_render(const struct tbm_views *v, size_t t, char **out, size
 
     if (r < 0 || (r = header_doc(v, t, true, out, len)) < 0)
         return r;
-    return pad_to(out, len, size);
+    return tbm_pad_doc(out, len, size);
 }
 
 static uint64_t add_sat(uint64_t a, uint64_t b)
@@ -274,7 +253,7 @@ int tbm_model_json_render(const struct tbm_views *v, size_t t, char **out, size_
     (void)t;
     if ((r = tbm_model_compute_stats(v->model)) < 0 || (r = model_doc(v, true, out, len)) < 0)
         return r;
-    return pad_to(out, len, v->model_json_size);
+    return tbm_pad_doc(out, len, v->model_json_size);
 }
 
 int tbm_index_json_size(const struct tbm_views *v, size_t t, uint64_t *size)

@@ -338,26 +338,6 @@ int tbm_selftest_size(const struct tbm_views *v, size_t i, uint64_t *size)
     return 0;
 }
 
-/* Spaces before the final newline up to size: JSON and report lines allow
- * them. */
-static int pad_doc(char **doc, size_t *len, uint64_t size)
-{
-    if (*len > size) {
-        free(*doc);
-        return TBM_ERR_NOMEM; /* a bound of ours was wrong: never served cut */
-    }
-    char *p = realloc(*doc, size);
-    if (!p) {
-        free(*doc);
-        return TBM_ERR_NOMEM;
-    }
-    memset(p + *len - 1, ' ', size - *len);
-    p[size - 1] = '\n';
-    *doc = p;
-    *len = size;
-    return 0;
-}
-
 int tbm_selftest_render(const struct tbm_views *v, size_t i, char **out, size_t *len)
 {
     const struct tbm_tensor *t = &v->model->tensors[i];
@@ -368,7 +348,7 @@ int tbm_selftest_render(const struct tbm_views *v, size_t i, char **out, size_t 
     if (r < 0 || (r = tbm_selftest_size(v, i, &size)) < 0 ||
         (r = selftest_doc(v, t, &res, out, len)) < 0)
         return r;
-    return pad_doc(out, len, size);
+    return tbm_pad_doc(out, len, size);
 }
 
 struct report {

@@ -421,6 +421,24 @@ void tbm_copy_range(char *buf, uint64_t off, size_t len, const char *src, size_t
     *got = n;
 }
 
+int tbm_pad_doc(char **doc, size_t *len, uint64_t size)
+{
+    if (*len > size) {
+        free(*doc);
+        return TBM_ERR_NOMEM; /* a bound of ours was wrong: never served cut */
+    }
+    char *p = realloc(*doc, size);
+    if (!p) {
+        free(*doc);
+        return TBM_ERR_NOMEM;
+    }
+    memset(p + *len - 1, ' ', size - *len);
+    p[size - 1] = '\n';
+    *doc = p;
+    *len = size;
+    return 0;
+}
+
 int tbm_json_dump(struct json_object *obj, char **out, size_t *len)
 {
     const char *s = json_object_to_json_string_ext(
