@@ -11,6 +11,7 @@ static struct json_object *tensor_json(const struct tbm_tensor *t)
 {
     struct json_object *o = json_object_new_object();
     bool hdr = t->header_read;
+    const char *dtype = hdr ? tbm_precision_name(t->hdr.precision) : NULL;
     char nm[32];
 
     if (!o)
@@ -23,8 +24,7 @@ static struct json_object *tensor_json(const struct tbm_tensor *t)
         for (size_t k = 0; k < t->ndim; k++)
             json_object_array_add(shape, json_object_new_uint64(t->shape[k]));
     json_object_object_add(o, "shape", shape);
-    json_object_object_add(
-        o, "dtype", hdr ? json_object_new_string(tbm_precision_name(t->hdr.precision)) : NULL);
+    json_object_object_add(o, "dtype", dtype ? json_object_new_string(dtype) : NULL);
     json_object_object_add(o, "nm", hdr ? json_object_new_string(nm) : NULL);
     json_object_object_add(o, "num_weights",
                            hdr ? json_object_new_uint64(t->hdr.num_weights) : NULL);
