@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Elements masked per step: bounds the per-thread mask scratch. */
+/* Elements masked per step: bounds the per-thread scratch. */
 #define CHUNK (64u * 1024u)
 
 /* A tensor's data in the file: [start, start + len), data in its precision. */
@@ -261,13 +261,20 @@ static void make_key(void)
     pthread_key_create(&mask_key, free);
 }
 
-/* Each FUSE worker keeps one mask buffer: reads allocate nothing. */
-static uint8_t *thread_mask(void)
+/* The mask words of a chunk (m = 1 needs one byte per element), then one
+ * keep flag per element. */
+struct scratch {
+    uint8_t mask[CHUNK + 8];
+    uint8_t keep[CHUNK];
+};
+
+/* Each FUSE worker keeps one scratch: reads allocate nothing. */
+static struct scratch *thread_scratch(void)
 {
     pthread_once(&mask_once, make_key);
-    uint8_t *s = pthread_getspecific(mask_key);
+    struct scratch *s = pthread_getspecific(mask_key);
     if (!s) {
-        s = malloc(CHUNK + 8); /* m = 1 needs one byte per element */
+        s = malloc(sizeof(*s));
         if (s && pthread_setspecific(mask_key, s) != 0) {
             free(s);
             s = NULL;
@@ -276,7 +283,8 @@ static uint8_t *thread_mask(void)
     return s;
 }
 
-/* Zeroes, in buf holding tensor bytes [b0, b1), the bytes of element i. */
+/* Zeroes, in buf holding tensor bytes [b0, b1), the bytes of element i that
+ * it holds: for the elements cut by either end of a read. */
 static void zero_element(char *buf, uint64_t b0, uint64_t b1, uint64_t i, size_t es)
 {
     uint64_t s = i * es, e = s + es;
@@ -286,32 +294,69 @@ static void zero_element(char *buf, uint64_t b0, uint64_t b1, uint64_t i, size_t
     memset(buf + (s - b0), 0, (size_t)(e - s));
 }
 
+static uint32_t load_word(const uint8_t *p, uint32_t wb)
+{
+    uint32_t word = p[0];
+
+    for (uint32_t k = 1; k < wb; k++)
+        word |= (uint32_t)p[k] << (8 * k);
+    return word;
+}
+
+/* Clears the n whole elements of size T at p whose keep flag is 0: a
+ * branchless loop the compiler vectorizes (p need not be aligned). */
+#define CLEAR_PRUNED(T, p, keep, n)                                                                \
+    for (size_t k = 0; k < (n); k++) {                                                             \
+        T x;                                                                                       \
+        memcpy(&x, (p) + k * sizeof(T), sizeof(T));                                                \
+        x &= (T)0 - (T)(keep)[k];                                                                  \
+        memcpy((p) + k * sizeof(T), &x, sizeof(T));                                                \
+    }
+
 /* Zeroes the pruned elements of elements [first, first + count) of t, whose
- * bytes [b0, b1) buf holds; count <= CHUNK. */
-static int mask_chunk(const struct tbm_tensor *t, uint8_t *mask, char *buf, uint64_t b0,
+ * bytes [b0, b1) buf holds; 0 < count <= CHUNK. */
+static int mask_chunk(const struct tbm_tensor *t, struct scratch *s, char *buf, uint64_t b0,
                       uint64_t b1, uint64_t first, size_t count)
 {
     uint32_t m = t->hdr.nm_m, wb = tbm_mask_word_bytes(m);
-    uint32_t all = m == 32 ? UINT32_MAX : (1u << m) - 1;
     size_t es = tbm_precision_size(t->hdr.precision);
     uint64_t g0 = first / m, g1 = (first + count - 1) / m;
 
-    int r = tbm_mask_read(t, g0, g1 - g0 + 1, mask);
+    int r = tbm_mask_read(t, g0, g1 - g0 + 1, s->mask);
     if (r < 0)
         return r;
-    for (uint64_t g = g0; g <= g1; g++) {
-        const uint8_t *p = mask + (g - g0) * wb;
-        uint32_t word = p[0];
-        for (uint32_t k = 1; k < wb; k++)
-            word |= (uint32_t)p[k] << (8 * k);
-        uint32_t pruned = ~word & all;
-        while (pruned) {
-            uint64_t i = g * m + (uint64_t)__builtin_ctz(pruned);
-            pruned &= pruned - 1;
-            /* bits past the range (or the last element) mean nothing here */
-            if (i >= first && i < first + count)
-                zero_element(buf, b0, b1, i, es);
+    /* flags first, walking the groups without a division per element; bits
+     * at positions >= M are never looked at */
+    const uint8_t *p = s->mask;
+    uint32_t j = (uint32_t)(first % m), word = load_word(p, wb);
+    for (size_t k = 0; k < count; k++) {
+        s->keep[k] = (uint8_t)((word >> j) & 1);
+        if (++j == m && k + 1 < count) {
+            j = 0;
+            p += wb;
+            word = load_word(p, wb);
         }
+    }
+    /* only the first and last elements can be cut by the read's ends */
+    size_t lo = first * es < b0, hi = count - ((first + count) * es > b1);
+    if (lo && !s->keep[0])
+        zero_element(buf, b0, b1, first, es);
+    if (hi < count && !s->keep[count - 1])
+        zero_element(buf, b0, b1, first + count - 1, es);
+    if (lo >= hi)
+        return 0;
+    char *whole = buf + ((first + lo) * es - b0);
+    const uint8_t *keep = s->keep + lo;
+    switch (es) {
+    case 2:
+        CLEAR_PRUNED(uint16_t, whole, keep, hi - lo);
+        break;
+    case 4:
+        CLEAR_PRUNED(uint32_t, whole, keep, hi - lo);
+        break;
+    default:
+        CLEAR_PRUNED(uint64_t, whole, keep, hi - lo);
+        break;
     }
     return 0;
 }
@@ -321,16 +366,16 @@ static int tensor_bytes(const struct tbm_tensor *t, char *buf, uint64_t b0, size
 {
     size_t es = tbm_precision_size(t->hdr.precision);
     uint64_t b1 = b0 + len;
-    uint8_t *mask;
+    struct scratch *s;
 
     int r = tbm_source_read_full(t->src, buf, len, t->weights.off + b0);
     if (r < 0 || as_stored(t) || len == 0)
         return r;
-    if (!(mask = thread_mask()))
+    if (!(s = thread_scratch()))
         return TBM_ERR_NOMEM;
     for (uint64_t first = b0 / es, end = (b1 + es - 1) / es; first < end;) {
         size_t count = end - first < CHUNK ? (size_t)(end - first) : CHUNK;
-        if ((r = mask_chunk(t, mask, buf, b0, b1, first, count)) < 0)
+        if ((r = mask_chunk(t, s, buf, b0, b1, first, count)) < 0)
             return r;
         first += count;
     }
