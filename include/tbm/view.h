@@ -64,6 +64,10 @@ const struct tbm_view *tbm_view_at(enum tbm_view_place place, size_t i);
 /* The row of a place named name, or NULL. */
 const struct tbm_view *tbm_view_find(enum tbm_view_place place, const char *name);
 
+/* Whether the model has a root row's file (config.json only for the
+ * architectures it knows); every other row is always there. */
+bool tbm_view_present(const struct tbm_views *views, const struct tbm_view *view);
+
 /* The file name of a row, e.g. "dense.f32", and where it lives. */
 const char *tbm_view_name(const struct tbm_view *view);
 enum tbm_view_place tbm_view_place(const struct tbm_view *view);
@@ -112,8 +116,9 @@ const char *tbm_result_data(const struct tbm_result *result, size_t *len);
 void tbm_result_put(struct tbm_result *result);
 
 /* Where bytes of a view lie in the source, for views that can be bytes of it
- * as stored: raw.tb, weights.bin, mask.bin, and the dense views of unmasked
- * float32 tensors past the .npy header. */
+ * as stored: raw.tb, weights.bin, mask.bin, the dense views of unmasked
+ * float32 tensors past the .npy header, and the data of unmasked tensors in
+ * model.safetensors when the range lies within one of them. */
 struct tbm_source_range {
     int fd;       /* -1 when the range is empty: off is at or past the end */
     uint64_t pos; /* offset in fd */

@@ -129,7 +129,7 @@ static bool decode_ino(const struct tbm_fs *fs, fuse_ino_t ino, struct node *n)
     if (ino < fs->first_tensor) {
         if (ino >= INO_FIRST_ROOT_FILE)
             n->view = tbm_view_at(TBM_VIEW_ROOT, ino - INO_FIRST_ROOT_FILE);
-        return ino >= INO_ROOT;
+        return ino >= INO_ROOT && (!n->view || tbm_view_present(fs->views, n->view));
     }
     fuse_ino_t rel = ino - fs->first_tensor, slots = 1 + fs->tensor_files;
     if (rel / slots >= fs->ntensors)
@@ -196,12 +196,14 @@ static size_t row_index(enum tbm_view_place place, const struct tbm_view *view)
     return k;
 }
 
-static fuse_ino_t lookup_root(const char *name)
+static fuse_ino_t lookup_root(const struct tbm_fs *fs, const char *name)
 {
     const struct tbm_view *view = tbm_view_find(TBM_VIEW_ROOT, name);
 
     if (view)
-        return INO_FIRST_ROOT_FILE + row_index(TBM_VIEW_ROOT, view);
+        return tbm_view_present(fs->views, view)
+                   ? INO_FIRST_ROOT_FILE + row_index(TBM_VIEW_ROOT, view)
+                   : 0;
     return strcmp(name, "tensors") == 0 ? INO_TENSORS : 0;
 }
 
@@ -219,7 +221,7 @@ static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
     struct node n;
 
     if (parent == INO_ROOT) {
-        ino = lookup_root(name);
+        ino = lookup_root(fs, name);
     } else if (parent == INO_TENSORS) {
         long t = tbm_views_find_tensor(fs->views, name, strlen(name));
         ino = t < 0 ? 0 : tensor_ino(fs, (size_t)t);
@@ -314,13 +316,16 @@ static void reply_dir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, bo
         struct fuse_entry_param e = {
             .ino = child, .attr_timeout = CACHE_SECONDS, .entry_timeout = CACHE_SECONDS};
         size_t need;
+        /* a root file this model lacks is not listed */
+        if (i >= 2 && !decode_ino(fs, child, &cn))
+            continue;
         if (!plus) {
             e.attr.st_ino = child;
             e.attr.st_mode = mode;
             need = fuse_add_direntry(req, buf + used, size - used, name, &e.attr, (off_t)i + 1);
         } else {
             /* "." and ".." carry no entry: the kernel must not count a lookup */
-            if (i >= 2 && (!decode_ino(fs, child, &cn) || fill_attr(fs, child, &cn, &e.attr) < 0))
+            if (i >= 2 && fill_attr(fs, child, &cn, &e.attr) < 0)
                 break;
             if (i < 2) {
                 memset(&e, 0, sizeof(e));

@@ -8,8 +8,9 @@
 #include "format/table.h"
 #include "tbm/view.h"
 
-struct tbm_selftests; /* the self-tests' lock and stop flag (selftest.c) */
-struct tbm_results;   /* results rendered once and shared (results.c) */
+struct tbm_selftests;   /* the self-tests' lock and stop flag (selftest.c) */
+struct tbm_results;     /* results rendered once and shared (results.c) */
+struct tbm_safetensors; /* model.safetensors' layout (safetensors.c) */
 
 struct tbm_views {
     const struct tbm_model *model;
@@ -21,6 +22,10 @@ struct tbm_views {
     _Atomic uint64_t *rendered_sizes[2];
     struct tbm_selftests *selftests;
     struct tbm_results *results;
+    struct tbm_safetensors *safetensors;
+    uint64_t tensors_json_size; /* fixed at mount; rendered when first opened */
+    char *config_json;          /* NULL for an architecture config.json does not know */
+    size_t config_json_len;
 };
 
 /* How a row's bytes come. */
@@ -50,6 +55,12 @@ struct tbm_view {
     int (*read)(const struct tbm_views *v, size_t t, char *buf, uint64_t off, size_t len,
                 size_t *got);
     int (*render)(const struct tbm_views *v, size_t t, char **out, size_t *len);
+    /* COMPUTED, optional: where bytes at off lie, for views pieced together
+     * from many regions: as tbm_view_locate, *src the source holding them */
+    int (*locate)(const struct tbm_views *v, size_t t, uint64_t off, size_t len,
+                  struct tbm_source_range *out, struct tbm_source **src);
+    /* ROOT, optional: whether the model has this file (NULL: always) */
+    bool (*present)(const struct tbm_views *v);
     /* NULL: a source view is servable when its region is sound, any other
      * view always */
     bool (*servable)(const struct tbm_views *v, size_t t);
@@ -97,6 +108,25 @@ const struct tbm_region *tbm_npy_region(const struct tbm_views *v, size_t t, uin
 int tbm_npy_size(const struct tbm_views *v, size_t t, uint64_t *size);
 int tbm_npy_read(const struct tbm_views *v, size_t t, char *buf, uint64_t off, size_t len,
                  size_t *got);
+
+/* safetensors.c: model.safetensors */
+int tbm_safetensors_init(struct tbm_views *v);
+void tbm_safetensors_free(struct tbm_views *v);
+int tbm_safetensors_size(const struct tbm_views *v, size_t t, uint64_t *size);
+int tbm_safetensors_read(const struct tbm_views *v, size_t t, char *buf, uint64_t off, size_t len,
+                         size_t *got);
+int tbm_safetensors_locate(const struct tbm_views *v, size_t t, uint64_t off, size_t len,
+                           struct tbm_source_range *out, struct tbm_source **src);
+
+/* model_views.c: tensors.json, config.json */
+int tbm_tensors_json_prepare(struct tbm_views *v); /* its size, at mount */
+int tbm_tensors_json_render(const struct tbm_views *v, size_t t, char **out, size_t *len);
+int tbm_tensors_json_size(const struct tbm_views *v, size_t t, uint64_t *size);
+bool tbm_config_json_present(const struct tbm_views *v);
+int tbm_config_json_render(const struct tbm_views *v, char **out, size_t *len);
+int tbm_config_json_size(const struct tbm_views *v, size_t t, uint64_t *size);
+int tbm_config_json_read(const struct tbm_views *v, size_t t, char *buf, uint64_t off, size_t len,
+                         size_t *got);
 
 /* results.c: the cache of shared results */
 int tbm_results_init(struct tbm_views *v);

@@ -34,6 +34,30 @@ static const struct tbm_view table[] = {
         .shared = true,
     },
     {
+        .name = "tensors.json",
+        .place = TBM_VIEW_ROOT,
+        .bytes = TBM_BYTES_RENDERED,
+        .size = tbm_tensors_json_size,
+        .render = tbm_tensors_json_render,
+        .shared = true,
+    },
+    {
+        .name = "model.safetensors",
+        .place = TBM_VIEW_ROOT,
+        .bytes = TBM_BYTES_COMPUTED,
+        .size = tbm_safetensors_size,
+        .read = tbm_safetensors_read,
+        .locate = tbm_safetensors_locate,
+    },
+    {
+        .name = "config.json",
+        .place = TBM_VIEW_ROOT,
+        .bytes = TBM_BYTES_COMPUTED,
+        .size = tbm_config_json_size,
+        .read = tbm_config_json_read,
+        .present = tbm_config_json_present,
+    },
+    {
         .name = "raw.tb",
         .place = TBM_VIEW_TENSOR,
         .bytes = TBM_BYTES_SOURCE,
@@ -145,7 +169,11 @@ int tbm_views_open(const struct tbm_model *model, const struct tbm_view_options 
     for (int k = 0; k < 2; k++)
         v->rendered_sizes[k] = calloc(model->ntensors ? model->ntensors : 1, sizeof(uint64_t));
     if (!v->rendered_sizes[0] || !v->rendered_sizes[1] || (r = tbm_selftests_init(v)) < 0 ||
-        (r = tbm_results_init(v)) < 0 || (r = tbm_model_json_prepare(v)) < 0)
+        (r = tbm_results_init(v)) < 0 || (r = tbm_model_json_prepare(v)) < 0 ||
+        (r = tbm_tensors_json_prepare(v)) < 0 || (r = tbm_safetensors_init(v)) < 0)
+        goto out_err;
+    if (tbm_config_json_present(v) &&
+        (r = tbm_config_json_render(v, &v->config_json, &v->config_json_len)) < 0)
         goto out_err;
     *out = v;
     return 0;
@@ -161,6 +189,8 @@ void tbm_views_close(struct tbm_views *v)
         return;
     tbm_results_free(v);
     tbm_selftests_free(v);
+    tbm_safetensors_free(v);
+    free(v->config_json);
     free(v->rendered_sizes[0]);
     free(v->rendered_sizes[1]);
     free(v);
@@ -233,6 +263,11 @@ bool tbm_views_change_report(const struct tbm_views *v, size_t t, char *buf, siz
     struct tbm_source *src = v->model->tensors[t].src;
 
     return src && tbm_source_take_report(src, buf, len);
+}
+
+bool tbm_view_present(const struct tbm_views *v, const struct tbm_view *view)
+{
+    return !view->present || view->present(v);
 }
 
 bool tbm_view_rendered(const struct tbm_view *view)
@@ -379,16 +414,38 @@ int tbm_view_read(const struct tbm_views *v, const struct tbm_view *view, size_t
     return 0;
 }
 
+/* Fails with TBM_ERR_IO when out's range is no longer inside the source. */
+static int still_inside(struct tbm_source *src, const struct tbm_source_range *out)
+{
+    uint64_t size;
+
+    /* The range was inside the source at mount; one that changed since is
+     * not served, as tbm_view_read would not serve it. */
+    if (out->fd < 0)
+        return 1;
+    int r = tbm_source_verify(src);
+    if (r < 0)
+        return r;
+    if (tbm_source_size_now(src, &size) < 0 || size < out->pos + out->len)
+        return TBM_ERR_IO;
+    return 1;
+}
+
 int tbm_view_locate(const struct tbm_views *v, const struct tbm_view *view, size_t t, uint64_t off,
                     size_t len, struct tbm_source_range *out)
 {
-    uint64_t skip, size;
+    uint64_t skip;
 
     *out = (struct tbm_source_range){.fd = -1};
-    if (view->bytes != TBM_BYTES_SOURCE)
+    if (view->bytes != TBM_BYTES_SOURCE && !view->locate)
         return 0;
     if (!tbm_view_servable(v, view, t))
         return TBM_ERR_BROKEN;
+    if (view->locate) {
+        struct tbm_source *from = NULL;
+        int r = view->locate(v, t, off, len, out, &from);
+        return r <= 0 || !from ? r : still_inside(from, out);
+    }
     struct tbm_source *src = v->model->tensors[t].src;
     const struct tbm_region *r = region_of(v, view, t, &skip);
     if (!r || off < skip || src->fd < 0)
@@ -399,14 +456,7 @@ int tbm_view_locate(const struct tbm_views *v, const struct tbm_view *view, size
     out->fd = src->fd;
     out->pos = r->off + off;
     out->len = r->len - off < len ? (size_t)(r->len - off) : len;
-    /* The range was inside the source at mount; one that changed since is
-     * not served, as tbm_view_read would not. */
-    int r2 = tbm_source_verify(src);
-    if (r2 < 0)
-        return r2;
-    if (tbm_source_size_now(src, &size) < 0 || size < out->pos + out->len)
-        return TBM_ERR_IO;
-    return 1;
+    return still_inside(src, out);
 }
 
 void tbm_copy_range(char *buf, uint64_t off, size_t len, const char *src, size_t srclen,

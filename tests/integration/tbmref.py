@@ -13,7 +13,14 @@ DTYPE_NAMES = {0: "fp32", 1: "fp16", 2: "bf16", 3: "fp64"}
 BITS = {0: np.dtype("<u4"), 1: np.dtype("<u2"), 2: np.dtype("<u2"), 3: np.dtype("<u8")}
 TENSOR_FILES = {"raw.tb", "header.json", "weights.bin", "mask.bin", "dense.f32", "dense.npy",
                 "selftest", "stats.json", "mask.png", "weights.png"}
-ROOT_FILES = {"index.json", "model.json", "selftest", "tensors"}
+# The root of a llama or mistral model; config.json is there for those alone [v2].
+ROOT_FILES = {"index.json", "model.json", "selftest", "tensors.json", "model.safetensors",
+              "config.json", "tensors"}
+
+
+def root_files(arch):
+    """The root's names for a model of architecture arch (None when it has none)."""
+    return ROOT_FILES if arch in ("llama", "mistral") else ROOT_FILES - {"config.json"}
 
 
 def fnv1a64(data):

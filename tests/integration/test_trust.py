@@ -146,21 +146,25 @@ def changed(suite, how):
     eq(len(lines), len(set(lines)), "each line once")
 
 
-def streaming(suite):
-    """A reader that streams raw.tb while the source is rewritten gets EIO, never mixed bytes."""
-    path = os.path.join(suite.tmp, "stream.tbm")
-    other = os.path.join(suite.tmp, "stream-other.tbm")
+def streaming(suite, view, args):
+    """A reader that streams a view while the source is rewritten gets EIO, never mixed bytes.
+    Views read by the daemon are checked after every read; spliced ones only before the
+    splice (README), so raw.tb is streamed with -o nosplice and dense.f32 of fp16, which is
+    computed, with the defaults."""
+    path = os.path.join(suite.tmp, "stream-%s.tbm" % view)
+    other = os.path.join(suite.tmp, "stream-other-%s.tbm" % view)
     cont, expects = model(path, 50, big=True)
     model(other, 60, big=True)
-    m = Mount(suite, path)
+    m = Mount(suite, path, args=args)
     with m:
         eq(m.start(), 0, "mount")
-        raw = expects[0].raw
+        want = expects[1]
+        raw = want.raw if view == "raw.tb" else want.dense
         seen = {"eio": False, "bad": None, "reads": 0}
         stop = time.monotonic() + 20
 
         def reader():
-            p = m.p("tensors", "a.fp32", "raw.tb")
+            p = m.p("tensors", want.dir, view.encode())
             while time.monotonic() < stop and not seen["eio"]:
                 try:
                     fd = os.open(p, os.O_RDONLY | os.O_DIRECT)
@@ -274,8 +278,10 @@ def main(suite):
                timeout=240)
     for how in ("rewrite", "truncate", "append", "rename"):
         suite.case("source changed by %s" % how, lambda how=how: changed(suite, how), timeout=60)
-    suite.case("a rewrite while a reader streams: EIO, never mixed bytes",
-               lambda: streaming(suite), timeout=60)
+    suite.case("a rewrite while a reader streams raw.tb (-o nosplice): EIO, never mixed bytes",
+               lambda: streaming(suite, "raw.tb", ["-o", "nosplice"]), timeout=60)
+    suite.case("a rewrite while a reader streams dense.f32: EIO, never mixed bytes",
+               lambda: streaming(suite, "dense.f32", []), timeout=60)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,108 @@
+#!/usr/bin/python3
+"""model.safetensors against what a user would do without it, measured side by side in one run.
+
+A bf16 2:4 model of 1 GiB of weights (one tensor), mounted once. Figures, each the median of
+RUNS (default 3; the Python script runs once, it is slow): `cp model.safetensors` into /dev/shm,
+each on a fresh mount (so a first read),
+against a Python script over header.json and dense.f32 that writes a float32 safetensors file;
+that first read and O_DIRECT reads of model.safetensors against raw.tb of the same tensors
+(throughput: model.safetensors holds the dense weights, raw.tb the weights and masks). The
+source stays in the page cache throughout. Usage: scripts/bench_bridges.py [RUNS]."""
+
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import bench  # noqa: E402  (dd, sh, mounts)
+
+GIB = 1 << 30
+
+# What a user would write with only header.json and dense.f32 to hand.
+USER_SCRIPT = r"""
+import json, os, struct, sys
+import numpy as np
+mnt, out = sys.argv[1], sys.argv[2]
+head, blobs, off = {}, [], 0
+for d in sorted(os.listdir(os.path.join(mnt, "tensors"))):
+    t = os.path.join(mnt, "tensors", d)
+    h = json.load(open(os.path.join(t, "header.json")))
+    a = np.fromfile(os.path.join(t, "dense.f32"), dtype="<f4")
+    shape = h["shape"] or [h["num_weights"]]
+    head[h["name"]] = {"dtype": "F32", "shape": shape, "data_offsets": [off, off + a.nbytes]}
+    off += a.nbytes
+    blobs.append(a)
+text = json.dumps(head).encode()
+text += b" " * (-len(text) % 8)
+with open(out, "wb") as f:
+    f.write(struct.pack("<Q", len(text)) + text)
+    for a in blobs:
+        a.tofile(f)
+"""
+
+
+def timed(args):
+    t0 = time.perf_counter()
+    subprocess.run(args, check=True, timeout=1800)
+    return time.perf_counter() - t0
+
+
+def main():
+    runs = int(sys.argv[1]) if len(sys.argv) > 1 else 3
+    work = "/var/tmp/tbmfs-bench-bridges"
+    os.makedirs(work, exist_ok=True)
+    src = os.path.join(work, "bf16-2of4.tbm")
+    if not os.path.exists(src):
+        # 32768 x 16384 bf16 at 2:4: 1 GiB of weights, 128 MiB of masks
+        bench.sh([bench.PY, bench.GEN, "tensor", src, "--shape", "32768,16384", "--dtype",
+                  "bf16", "--nm", "2:4", "--name", "model.layers.0.mlp.up_proj.weight"])
+    bench.dd(src)  # into the page cache
+    mnt = os.path.join(work, "mnt")
+    os.makedirs(mnt, exist_ok=True)
+    out_st, out_py = "/dev/shm/bench-model.safetensors", "/dev/shm/bench-user.safetensors"
+    st = os.path.join(mnt, "model.safetensors")
+    cps = []
+    for _ in range(runs):
+        # a fresh mount each time: the first read, not the mount's page cache
+        bench.sh([bench.TBMFS, src, mnt])
+        try:
+            cps.append(timed(["cp", st, out_st]))
+            os.unlink(out_st)
+        finally:
+            subprocess.run(["umount", mnt], check=False)
+    bench.sh([bench.TBMFS, src, mnt])
+    try:
+        size = os.stat(st).st_size
+        py = timed([bench.PY, "-c", USER_SCRIPT, mnt, out_py])
+        py_size = os.stat(out_py).st_size
+        os.unlink(out_py)
+        raws = [os.path.join(mnt, "tensors", d, "raw.tb")
+                for d in sorted(os.listdir(os.path.join(mnt, "tensors")))]
+        raw_size = sum(os.stat(p).st_size for p in raws)
+        raw_first = sum(bench.dd(p)[0] for p in raws)
+        st_direct = statistics.median(bench.dd(st, direct=True)[0] for _ in range(runs))
+        raw_direct = statistics.median(sum(bench.dd(p, direct=True)[0] for p in raws)
+                                       for _ in range(runs))
+    finally:
+        subprocess.run(["umount", mnt], check=False)
+    cp = statistics.median(cps)
+    gbs = lambda n, s: n / s / GIB  # noqa: E731
+    print("model: %s, model.safetensors %d bytes, raw.tb %d bytes" % (src, size, raw_size))
+    print("cp model.safetensors -> /dev/shm      %7.2fs  (runs: %s)" %
+          (cp, ", ".join("%.2f" % c for c in cps)))
+    print("user script header.json + dense.f32   %7.2fs  %.1fx slower, output %d bytes "
+          "(%.2fx ours)" % (py, py / cp, py_size, py_size / size))
+    print("first read raw.tb (dd)               %7.2fs  %.2f GiB/s; cp of model.safetensors "
+          "%.2f GiB/s, ratio %.2fx" % (raw_first, gbs(raw_size, raw_first), gbs(size, cp),
+                                       gbs(size, cp) / gbs(raw_size, raw_first)))
+    print("O_DIRECT model.safetensors           %7.2fs  %.2f GiB/s" %
+          (st_direct, gbs(size, st_direct)))
+    print("O_DIRECT raw.tb                      %7.2fs  %.2f GiB/s  ratio %.2fx" %
+          (raw_direct, gbs(raw_size, raw_direct),
+           gbs(size, st_direct) / gbs(raw_size, raw_direct)))
+
+
+if __name__ == "__main__":
+    main()

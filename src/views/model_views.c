@@ -1,0 +1,187 @@
+/* The root's whole-model JSON files: tensors.json (every tensor in one
+ * array; its densities need the statistics, so it is rendered when first
+ * opened, its size fixed at mount) and config.json (a Hugging Face config,
+ * for the architectures it knows, rendered at mount). */
+#include "internal.h"
+
+#include <json-c/json.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* st NULL: the statistics are not asked for (the size at mount). */
+static struct json_object *tensor_json(const struct tbm_tensor *t,
+                                       const struct tbm_tensor_stats *st)
+{
+    struct json_object *o = json_object_new_object();
+    bool hdr = t->header_read;
+    const char *dtype = hdr ? tbm_precision_name(t->hdr.precision) : NULL;
+    char nm[32];
+
+    if (!o)
+        return NULL;
+    snprintf(nm, sizeof(nm), "%u:%u", t->hdr.nm_n, t->hdr.nm_m);
+    json_object_object_add(o, "name", json_object_new_string_len(t->name, (int)t->name_len));
+    json_object_object_add(o, "dir", json_object_new_string(t->dir));
+    struct json_object *shape = NULL;
+    if (t->shape && (shape = json_object_new_array()))
+        for (size_t k = 0; k < t->ndim; k++)
+            json_object_array_add(shape, json_object_new_uint64(t->shape[k]));
+    json_object_object_add(o, "shape", shape);
+    json_object_object_add(o, "dtype", dtype ? json_object_new_string(dtype) : NULL);
+    json_object_object_add(o, "nm", hdr ? json_object_new_string(nm) : NULL);
+    json_object_object_add(o, "num_weights",
+                           hdr ? json_object_new_uint64(t->hdr.num_weights) : NULL);
+    /* header.json's density: kept over num_weights, once statistics are known */
+    bool known = st && st->known;
+    double density =
+        known && t->hdr.num_weights ? (double)st->counts.kept / (double)t->hdr.num_weights : 0;
+    json_object_object_add(o, "density", known ? json_object_new_double(density) : NULL);
+    json_object_object_add(o, "problems", json_object_new_uint64(t->problems.count));
+    json_object_object_add(o, "warnings",
+                           json_object_new_uint64(t->warnings.count + (st ? st->nwarnings : 0)));
+    return o;
+}
+
+static int tensors_doc(const struct tbm_views *v, bool with_stats, char **out, size_t *len)
+{
+    struct json_object *arr = json_object_new_array_ext((int)v->model->ntensors);
+
+    if (!arr)
+        return TBM_ERR_NOMEM;
+    for (size_t t = 0; t < v->model->ntensors; t++) {
+        const struct tbm_tensor_stats *st = with_stats ? tbm_tensor_stats(v->model, t) : NULL;
+        struct json_object *o = with_stats && !st ? NULL : tensor_json(&v->model->tensors[t], st);
+        if (!o || json_object_array_add(arr, o) < 0) {
+            json_object_put(o);
+            json_object_put(arr);
+            return TBM_ERR_NOMEM;
+        }
+    }
+    int r = tbm_json_dump(arr, out, len);
+    json_object_put(arr);
+    return r;
+}
+
+/* What the statistics can add per tensor: a density of at most 24
+ * characters for a null, and a warnings count grown by a digit or two. */
+#define TENSOR_SLACK 32
+
+int tbm_tensors_json_prepare(struct tbm_views *v)
+{
+    char *doc;
+    size_t len;
+    int r = tensors_doc(v, false, &doc, &len);
+
+    if (r < 0)
+        return r;
+    free(doc);
+    v->tensors_json_size = len + TENSOR_SLACK * (uint64_t)v->model->ntensors + 64;
+    return 0;
+}
+
+int tbm_tensors_json_size(const struct tbm_views *v, size_t t, uint64_t *size)
+{
+    (void)t;
+    *size = v->tensors_json_size;
+    return 0;
+}
+
+/* The first open computes every tensor's statistics, in parallel. */
+int tbm_tensors_json_render(const struct tbm_views *v, size_t t, char **out, size_t *len)
+{
+    int r;
+
+    (void)t;
+    if ((r = tbm_model_compute_stats(v->model)) < 0 || (r = tensors_doc(v, true, out, len)) < 0)
+        return r;
+    return tbm_pad_doc(out, len, v->tensors_json_size);
+}
+
+/* The Hugging Face class of an architecture config.json knows, or NULL. */
+static const char *hf_class(const char *architecture)
+{
+    if (!architecture)
+        return NULL;
+    if (strcmp(architecture, "llama") == 0)
+        return "LlamaForCausalLM";
+    if (strcmp(architecture, "mistral") == 0)
+        return "MistralForCausalLM";
+    return NULL;
+}
+
+/* torch's name of the precision holding most weights (by count) among the
+ * tensors whose header is sound; NULL for a model without weights. */
+static const char *torch_dtype(const struct tbm_model *m)
+{
+    static const char *const names[] = {"float32", "float16", "bfloat16", "float64"};
+    uint64_t count[4] = {0};
+    int best = -1;
+
+    for (size_t i = 0; i < m->ntensors; i++) {
+        const struct tbm_tensor *t = &m->tensors[i];
+        /* a sound header has a known precision; the sum of sizes inside one
+         * source cannot overflow */
+        if (t->header_sound)
+            count[t->hdr.precision] += t->hdr.num_weights;
+    }
+    for (int p = 0; p < 4; p++)
+        if (count[p] && (best < 0 || count[p] > count[best]))
+            best = p;
+    return best < 0 ? NULL : names[best];
+}
+
+int tbm_config_json_render(const struct tbm_views *v, char **out, size_t *len)
+{
+    static const char *const keys[][2] = {
+        {"hidden_size", "hidden_size"},
+        {"intermediate_size", "intermediate_size"},
+        {"num_attention_heads", "num_heads"},
+        {"num_key_value_heads", "num_kv_heads"},
+        {"num_hidden_layers", "num_layers"},
+        {"vocab_size", "vocab_size"},
+        {"max_position_embeddings", "max_seq_len"},
+        {"rms_norm_eps", "norm_eps"},
+        {"rope_theta", "rope_theta"},
+    };
+    const struct tbm_model *m = v->model;
+    const char *cls = hf_class(m->architecture), *dtype = torch_dtype(m);
+    struct json_object *o = json_object_new_object(), *arr = json_object_new_array(), *val;
+
+    if (!o || !arr) {
+        json_object_put(o);
+        json_object_put(arr);
+        return TBM_ERR_NOMEM;
+    }
+    json_object_array_add(arr, json_object_new_string(cls));
+    json_object_object_add(o, "architectures", arr);
+    json_object_object_add(o, "model_type", json_object_new_string(m->architecture));
+    for (size_t k = 0; k < sizeof(keys) / sizeof(keys[0]); k++)
+        if (m->config && json_object_object_get_ex(m->config, keys[k][1], &val))
+            json_object_object_add(o, keys[k][0], json_object_get(val));
+    if (dtype)
+        json_object_object_add(o, "torch_dtype", json_object_new_string(dtype));
+    int r = tbm_json_dump(o, out, len);
+    json_object_put(o);
+    return r;
+}
+
+bool tbm_config_json_present(const struct tbm_views *v)
+{
+    return hf_class(v->model->architecture) != NULL;
+}
+
+int tbm_config_json_size(const struct tbm_views *v, size_t t, uint64_t *size)
+{
+    (void)t;
+    *size = v->config_json_len;
+    return 0;
+}
+
+int tbm_config_json_read(const struct tbm_views *v, size_t t, char *buf, uint64_t off, size_t len,
+                         size_t *got)
+{
+    (void)t;
+    tbm_copy_range(buf, off, len, v->config_json, v->config_json_len, got);
+    return 0;
+}
