@@ -80,6 +80,16 @@ void tbm_copy_range(char *buf, uint64_t off, size_t len, const char *src, size_t
  * before the content is known is what stat reported. Frees *doc on failure. */
 int tbm_pad_doc(char **doc, size_t *len, uint64_t size);
 
+/* Root documents that sum up every tensor's statistics (model.json,
+ * tensors.json): doc renders one, with the statistics or (at mount, for
+ * the size) without. Its size is the rendering without them plus slack, a
+ * bound on what they can add; it is rendered when first opened, after
+ * every tensor's statistics are computed (in parallel), and padded. */
+typedef int (*tbm_doc_fn)(const struct tbm_views *v, bool with_stats, char **out, size_t *len);
+int tbm_lazy_doc_size(const struct tbm_views *v, tbm_doc_fn doc, uint64_t slack, uint64_t *size);
+int tbm_lazy_doc_render(const struct tbm_views *v, tbm_doc_fn doc, uint64_t size, char **out,
+                        size_t *len);
+
 /* Serializes obj pretty-printed with a final newline into a malloc'd buffer. */
 int tbm_json_dump(struct json_object *obj, char **out, size_t *len);
 

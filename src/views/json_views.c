@@ -226,15 +226,7 @@ static int model_doc(const struct tbm_views *v, bool with_stats, char **out, siz
 
 int tbm_model_json_prepare(struct tbm_views *v)
 {
-    char *doc;
-    size_t len;
-    int r = model_doc(v, false, &doc, &len);
-
-    if (r < 0)
-        return r;
-    free(doc);
-    v->model_json_size = len + MODEL_SLACK;
-    return 0;
+    return tbm_lazy_doc_size(v, model_doc, MODEL_SLACK, &v->model_json_size);
 }
 
 int tbm_model_json_size(const struct tbm_views *v, size_t t, uint64_t *size)
@@ -244,16 +236,10 @@ int tbm_model_json_size(const struct tbm_views *v, size_t t, uint64_t *size)
     return 0;
 }
 
-/* model.json counts what every tensor's statistics say: the first open
- * computes them all, in parallel. */
 int tbm_model_json_render(const struct tbm_views *v, size_t t, char **out, size_t *len)
 {
-    int r;
-
     (void)t;
-    if ((r = tbm_model_compute_stats(v->model)) < 0 || (r = model_doc(v, true, out, len)) < 0)
-        return r;
-    return tbm_pad_doc(out, len, v->model_json_size);
+    return tbm_lazy_doc_render(v, model_doc, v->model_json_size, out, len);
 }
 
 int tbm_index_json_size(const struct tbm_views *v, size_t t, uint64_t *size)

@@ -69,15 +69,8 @@ static int tensors_doc(const struct tbm_views *v, bool with_stats, char **out, s
 
 int tbm_tensors_json_prepare(struct tbm_views *v)
 {
-    char *doc;
-    size_t len;
-    int r = tensors_doc(v, false, &doc, &len);
-
-    if (r < 0)
-        return r;
-    free(doc);
-    v->tensors_json_size = len + TENSOR_SLACK * (uint64_t)v->model->ntensors + 64;
-    return 0;
+    return tbm_lazy_doc_size(v, tensors_doc, TENSOR_SLACK * (uint64_t)v->model->ntensors + 64,
+                             &v->tensors_json_size);
 }
 
 int tbm_tensors_json_size(const struct tbm_views *v, size_t t, uint64_t *size)
@@ -87,15 +80,10 @@ int tbm_tensors_json_size(const struct tbm_views *v, size_t t, uint64_t *size)
     return 0;
 }
 
-/* The first open computes every tensor's statistics, in parallel. */
 int tbm_tensors_json_render(const struct tbm_views *v, size_t t, char **out, size_t *len)
 {
-    int r;
-
     (void)t;
-    if ((r = tbm_model_compute_stats(v->model)) < 0 || (r = tensors_doc(v, true, out, len)) < 0)
-        return r;
-    return tbm_pad_doc(out, len, v->tensors_json_size);
+    return tbm_lazy_doc_render(v, tensors_doc, v->tensors_json_size, out, len);
 }
 
 /* The Hugging Face class of an architecture config.json knows, or NULL. */

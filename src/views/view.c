@@ -471,6 +471,29 @@ void tbm_copy_range(char *buf, uint64_t off, size_t len, const char *src, size_t
     *got = n;
 }
 
+int tbm_lazy_doc_size(const struct tbm_views *v, tbm_doc_fn doc, uint64_t slack, uint64_t *size)
+{
+    char *text;
+    size_t len;
+    int r = doc(v, false, &text, &len);
+
+    if (r < 0)
+        return r;
+    free(text);
+    *size = len + slack;
+    return 0;
+}
+
+int tbm_lazy_doc_render(const struct tbm_views *v, tbm_doc_fn doc, uint64_t size, char **out,
+                        size_t *len)
+{
+    int r;
+
+    if ((r = tbm_model_compute_stats(v->model)) < 0 || (r = doc(v, true, out, len)) < 0)
+        return r;
+    return tbm_pad_doc(out, len, size);
+}
+
 int tbm_pad_doc(char **doc, size_t *len, uint64_t size)
 {
     if (*len > size) {
