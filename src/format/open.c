@@ -246,7 +246,7 @@ size_t tbm_model_tensor_message_count(const struct tbm_model *m, size_t t, bool 
     if (problems)
         return tensor->problems.count;
     st = tbm_tensor_stats(m, t);
-    return tensor->warnings.count + (st ? st->nwarnings : 0);
+    return tensor->warnings.count + (st ? st->warnings.count : 0);
 }
 
 const char *tbm_model_tensor_message(const struct tbm_model *m, size_t t, bool problems, size_t i)
@@ -257,5 +257,5 @@ const char *tbm_model_tensor_message(const struct tbm_model *m, size_t t, bool p
         return tensor->problems.items[i];
     if (i < tensor->warnings.count)
         return tensor->warnings.items[i];
-    return tbm_tensor_stats(m, t)->warnings[i - tensor->warnings.count];
+    return tbm_tensor_stats(m, t)->warnings.items[i - tensor->warnings.count];
 }

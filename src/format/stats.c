@@ -6,7 +6,6 @@
 
 #include <pthread.h>
 #include <stdatomic.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,7 +22,6 @@
 struct slot {
     atomic_bool ready;
     struct tbm_tensor_stats stats;
-    char *text[2];
 };
 
 struct tbm_stats_table {
@@ -55,8 +53,7 @@ void tbm_stats_table_free(struct tbm_model *m)
     if (!st)
         return;
     for (size_t i = 0; i < st->n; i++) {
-        free(st->slots[i].text[0]);
-        free(st->slots[i].text[1]);
+        tbm_strlist_free(&st->slots[i].stats.warnings);
     }
     for (size_t i = 0; i < LOCKS; i++)
         pthread_mutex_destroy(&st->locks[i]);
@@ -94,23 +91,6 @@ static int count_blob(const struct tbm_model *model, const struct tbm_tensor *t,
     return 0;
 }
 
-static int add_text(struct slot *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-
-static int add_text(struct slot *s, const char *fmt, ...)
-{
-    va_list ap;
-    char *text;
-
-    va_start(ap, fmt);
-    int n = vasprintf(&text, fmt, ap);
-    va_end(ap);
-    if (n < 0)
-        return TBM_ERR_NOMEM;
-    s->text[s->stats.nwarnings] = text;
-    s->stats.warnings[s->stats.nwarnings++] = text;
-    return 0;
-}
-
 /* Fills s for tensor t: only a sound tensor with an applied mask is read. */
 static int compute(const struct tbm_model *m, const struct tbm_tensor *t, struct slot *s)
 {
@@ -136,19 +116,20 @@ static int compute(const struct tbm_model *m, const struct tbm_tensor *t, struct
     r = count_blob(m, t, &buf, &st->counts);
     if (r == TBM_ERR_IO || r == TBM_ERR_CHANGED) {
         /* everything else was fixed at mount; these stay null, and say why */
-        r = add_text(s, "statistics unknown: the source could not be read when they were "
-                        "first needed (it changed or shrank since the mount)");
+        r = tbm_strlist_addf(&st->warnings,
+                             "statistics unknown: the source could not be read when they were "
+                             "first needed (it changed or shrank since the mount)");
         goto out;
     }
     if (r < 0)
         goto out;
     st->known = true;
     if (st->counts.groups_over_n)
-        r = add_text(s, "%llu groups keep more than nm_n = %u elements",
-                     (unsigned long long)st->counts.groups_over_n, t->hdr.nm_n);
+        r = tbm_strlist_addf(&st->warnings, "%llu groups keep more than nm_n = %u elements",
+                             (unsigned long long)st->counts.groups_over_n, t->hdr.nm_n);
     if (r == 0 && st->counts.mask_conflicts)
-        r = add_text(s, "%llu pruned elements have a non-zero stored weight",
-                     (unsigned long long)st->counts.mask_conflicts);
+        r = tbm_strlist_addf(&st->warnings, "%llu pruned elements have a non-zero stored weight",
+                             (unsigned long long)st->counts.mask_conflicts);
 out:
     free(buf.weights);
     free(buf.mask);
@@ -166,8 +147,7 @@ const struct tbm_tensor_stats *tbm_tensor_stats(const struct tbm_model *m, size_
     pthread_mutex_lock(lock);
     if (!atomic_load_explicit(&s->ready, memory_order_relaxed)) {
         if (compute(m, &m->tensors[t], s) < 0) {
-            free(s->text[0]);
-            free(s->text[1]);
+            tbm_strlist_free(&s->stats.warnings);
             memset(s, 0, sizeof(*s));
             pthread_mutex_unlock(lock);
             return NULL;

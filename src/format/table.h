@@ -114,8 +114,7 @@ struct tbm_model {
 struct tbm_tensor_stats {
     bool known; /* false: no usable mask and weights, or the source failed */
     struct tbm_mask_stats counts;
-    const char *warnings[2]; /* what the counts say, or why they are unknown */
-    size_t nwarnings;
+    struct tbm_strlist warnings; /* what the counts say, or why they are unknown */
 };
 
 /* t's statistics, computed on the first call (from any thread: a second

@@ -75,8 +75,8 @@ static struct json_object *warnings_json(const struct tbm_tensor *t,
 {
     struct json_object *arr = strlist_json(&t->warnings);
 
-    for (size_t i = 0; arr && st && i < st->nwarnings; i++)
-        json_object_array_add(arr, json_object_new_string(st->warnings[i]));
+    for (size_t i = 0; arr && st && i < st->warnings.count; i++)
+        json_object_array_add(arr, json_object_new_string(st->warnings.items[i]));
     return arr;
 }
 
@@ -192,7 +192,7 @@ static int model_doc(const struct tbm_views *v, bool with_stats, char **out, siz
         if (t->header_sound)
             total = add_sat(total, t->hdr.num_weights);
         const struct tbm_tensor_stats *st = with_stats ? tbm_tensor_stats(m, i) : NULL;
-        size_t n = t->warnings.count + (st ? st->nwarnings : 0);
+        size_t n = t->warnings.count + (st ? st->warnings.count : 0);
         if (st && st->known)
             kept = add_sat(kept, st->counts.kept);
         warnings += n;

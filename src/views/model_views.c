@@ -39,7 +39,7 @@ static struct json_object *tensor_json(const struct tbm_tensor *t,
     json_object_object_add(o, "density", known ? json_object_new_double(density) : NULL);
     json_object_object_add(o, "problems", json_object_new_uint64(t->problems.count));
     json_object_object_add(o, "warnings",
-                           json_object_new_uint64(t->warnings.count + (st ? st->nwarnings : 0)));
+                           json_object_new_uint64(t->warnings.count + (st ? st->warnings.count : 0)));
     return o;
 }
 

@@ -171,7 +171,7 @@ static void test_sound_container(void **state)
     assert_int_equal(st->counts.kept, 4);
     assert_int_equal(st->counts.groups_over_n, 0);
     assert_int_equal(st->counts.mask_conflicts, 0);
-    assert_int_equal(st->nwarnings, 0);
+    assert_int_equal(st->warnings.count, 0);
     assert_int_equal(t->warnings.count, 0);
     assert_int_equal(m->tensors[1].raw.off, 4130);
     assert_int_equal(m->tensors[1].weights.len, 16);
@@ -476,14 +476,14 @@ static void test_warnings_and_stats(void **state)
     assert_int_equal(st->counts.kept, 5);
     assert_int_equal(st->counts.groups_over_n, 1);
     assert_int_equal(st->counts.mask_conflicts, 2);
-    assert_int_equal(st->nwarnings, 2);
+    assert_int_equal(st->warnings.count, 2);
     assert_false(t->shape_matches);
     assert_true(has_message(&t->warnings, "\"dtype\" is \"fp16\" but the header says fp32"));
     assert_true(has_message(&t->warnings, "\"num_weights\" is 9 but the header says 8"));
     assert_true(has_message(&t->warnings, "\"nm_n\" is 1 but the header says 2"));
     assert_true(has_message(&t->warnings, "product 9 is not num_weights 8"));
-    assert_non_null(strstr(st->warnings[0], "1 groups keep more than nm_n"));
-    assert_non_null(strstr(st->warnings[1], "2 pruned elements"));
+    assert_non_null(strstr(st->warnings.items[0], "1 groups keep more than nm_n"));
+    assert_non_null(strstr(st->warnings.items[1], "2 pruned elements"));
     tbm_model_close(m);
 }
 
