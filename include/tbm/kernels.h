@@ -1,6 +1,6 @@
-/* Compute kernels over memory ranges: dense expansion, mask statistics and
- * N:M sparse matmul. Pure functions (no I/O); each has a portable C reference
- * and AVX2/AVX-512 paths that must match it bit for bit. */
+/* Compute kernels over memory ranges: dense expansion, masking in place, mask
+ * statistics and N:M sparse matmul. Pure functions (no I/O); each has a
+ * portable C reference and AVX2/AVX-512 paths that must match it bit for bit. */
 #ifndef TBM_KERNELS_H
 #define TBM_KERNELS_H
 
@@ -56,6 +56,15 @@ static inline uint32_t tbm_mask_word_bytes(uint32_t m)
  * TBM_FP32 out may be weights itself: the expansion is then done in place. */
 void tbm_expand(enum tbm_isa isa, enum tbm_precision prec, const void *weights, const uint8_t *mask,
                 uint32_t m, uint64_t first, size_t count, float *out);
+
+/* Zeroes, in place, the pruned elements of count elements starting at flat
+ * element index first (all their bytes: -0.0 and NaN become +0.0), leaving
+ * kept ones as they are: the stored precision with the mask applied. weights,
+ * mask and m are as for tbm_expand (mask not NULL). Returns whether any pruned
+ * element had a bit set, that is whether the bytes changed; bytes of elements
+ * that need no change are not written. */
+bool tbm_mask_apply(enum tbm_isa isa, enum tbm_precision prec, void *weights, const uint8_t *mask,
+                    uint32_t m, uint64_t first, size_t count);
 
 /* Counters that header.json reports. */
 struct tbm_mask_stats {

@@ -13,14 +13,22 @@
  * precision, an m, a value kind) gives each copy of a loop its own code. */
 #define TBM_INLINE static inline __attribute__((always_inline))
 
-/* Per-level bodies of tbm_expand and tbm_mask_count, same contracts. The
- * scalar ones are the portable reference the others must match bit for bit. */
+/* Per-level bodies of tbm_expand, tbm_mask_apply and tbm_mask_count, same
+ * contracts. The scalar ones are the portable reference the others must match
+ * bit for bit. */
 void tbm_expand_scalar(enum tbm_precision prec, const void *weights, const uint8_t *mask,
                        uint32_t m, uint64_t first, size_t count, float *out);
 void tbm_expand_avx2(enum tbm_precision prec, const void *weights, const uint8_t *mask, uint32_t m,
                      uint64_t first, size_t count, float *out);
 void tbm_expand_avx512(enum tbm_precision prec, const void *weights, const uint8_t *mask,
                        uint32_t m, uint64_t first, size_t count, float *out);
+
+bool tbm_mask_apply_scalar(enum tbm_precision prec, void *weights, const uint8_t *mask, uint32_t m,
+                           uint64_t first, size_t count);
+bool tbm_mask_apply_avx2(enum tbm_precision prec, void *weights, const uint8_t *mask, uint32_t m,
+                         uint64_t first, size_t count);
+bool tbm_mask_apply_avx512(enum tbm_precision prec, void *weights, const uint8_t *mask, uint32_t m,
+                           uint64_t first, size_t count);
 
 void tbm_mask_count_scalar(enum tbm_precision prec, const void *weights, const uint8_t *mask,
                            uint32_t n, uint32_t m, uint64_t count, struct tbm_mask_stats *acc);
@@ -210,6 +218,28 @@ static inline uint64_t tbm_mask_block_bits(uint32_t m, const uint8_t *mask)
     }
     /* m = 8, 16, 32: every bit of the words names an element */
     return tbm_load64(mask);
+}
+
+/* Zeroes the elements among count (< 64) at w of size es whose bit in bits
+ * is clear and whose bytes are not all zero; returns whether there was one.
+ * The tails of tbm_mask_apply on every level: count elements, no more, are
+ * read and written. */
+static inline bool tbm_clear_pruned_bits(uint8_t *w, size_t es, uint64_t bits, size_t count)
+{
+    bool changed = false;
+
+    for (size_t k = 0; k < count; k++, w += es) {
+        uint64_t x = 0;
+
+        if (bits >> k & 1)
+            continue;
+        memcpy(&x, w, es);
+        if (x != 0) {
+            memset(w, 0, es);
+            changed = true;
+        }
+    }
+    return changed;
 }
 
 #endif

@@ -9,11 +9,15 @@
 #include <json-c/json.h>
 #include <json-c/printbuf.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
-/* Elements masked per step: bounds the per-thread scratch. */
-#define CHUNK (64u * 1024u)
+/* Granule of the record of which bytes need no masking: each FUSE request
+ * (128 KiB to 1 MiB, aligned) covers whole granules. Its bytes bound one
+ * masking step, hence the per-thread mask scratch (at least 2 bytes per
+ * element). */
+#define GRANULE (64u * 1024u)
 
 /* A tensor's data in the file: [start, start + len), data in its precision. */
 struct piece {
@@ -28,6 +32,11 @@ struct tbm_safetensors {
     struct piece *pieces; /* non-empty tensors, by start */
     size_t npieces;
     uint64_t size;
+    /* Per GRANULE of the file, set once a read found that masking left its
+     * bytes as stored (as the tools write them, pruned weights zeroed): later
+     * reads splice them from the source. Never cleared: a source that changes
+     * is refused for the rest of the mount. */
+    _Atomic uint8_t *clean;
 };
 
 static const char *st_dtype(unsigned precision)
@@ -202,6 +211,10 @@ int tbm_safetensors_init(struct tbm_views *v)
         goto cleanup;
     if ((r = choose(v, keep)) < 0 || (r = build(v, st, keep)) < 0)
         goto cleanup;
+    r = TBM_ERR_NOMEM;
+    if (!(st->clean = calloc(st->size / GRANULE + 1, sizeof(*st->clean))))
+        goto cleanup;
+    r = 0;
     v->safetensors = st;
     st = NULL;
 cleanup:
@@ -209,6 +222,7 @@ cleanup:
     if (st) {
         free(st->pieces);
         free(st->head);
+        free(st->clean);
         free(st);
     }
     return r;
@@ -222,6 +236,7 @@ void tbm_safetensors_free(struct tbm_views *v)
         return;
     free(st->pieces);
     free(st->head);
+    free((void *)st->clean);
     free(st);
 }
 
@@ -261,11 +276,10 @@ static void make_key(void)
     pthread_key_create(&mask_key, free);
 }
 
-/* The mask words of a chunk (m = 1 needs one byte per element), then one
- * keep flag per element. */
+/* The mask words of one step: GRANULE bytes hold at most GRANULE / 2
+ * elements, and m = 1 needs one byte per element. */
 struct scratch {
-    uint8_t mask[CHUNK + 8];
-    uint8_t keep[CHUNK];
+    uint8_t mask[GRANULE / 2 + 8];
 };
 
 /* Each FUSE worker keeps one scratch: reads allocate nothing. */
@@ -283,17 +297,6 @@ static struct scratch *thread_scratch(void)
     return s;
 }
 
-/* Zeroes, in buf holding tensor bytes [b0, b1), the bytes of element i that
- * it holds: for the elements cut by either end of a read. */
-static void zero_element(char *buf, uint64_t b0, uint64_t b1, uint64_t i, size_t es)
-{
-    uint64_t s = i * es, e = s + es;
-
-    s = s < b0 ? b0 : s;
-    e = e > b1 ? b1 : e;
-    memset(buf + (s - b0), 0, (size_t)(e - s));
-}
-
 static uint32_t load_word(const uint8_t *p, uint32_t wb)
 {
     uint32_t word = p[0];
@@ -303,68 +306,90 @@ static uint32_t load_word(const uint8_t *p, uint32_t wb)
     return word;
 }
 
-/* Clears the n whole elements of size T at p whose keep flag is 0: a
- * branchless loop the compiler vectorizes (p need not be aligned). */
-#define CLEAR_PRUNED(T, p, keep, n)                                                                \
-    for (size_t k = 0; k < (n); k++) {                                                             \
-        T x;                                                                                       \
-        memcpy(&x, (p) + k * sizeof(T), sizeof(T));                                                \
-        x &= (T)0 - (T)(keep)[k];                                                                  \
-        memcpy((p) + k * sizeof(T), &x, sizeof(T));                                                \
-    }
-
-/* Zeroes the pruned elements of elements [first, first + count) of t, whose
- * bytes [b0, b1) buf holds; 0 < count <= CHUNK. */
-static int mask_chunk(const struct tbm_tensor *t, struct scratch *s, char *buf, uint64_t b0,
-                      uint64_t b1, uint64_t first, size_t count)
+/* Zeroes, when element i is pruned, the bytes of it that buf (tensor bytes
+ * [b0, b1)) holds: for the elements cut by either end of a step. Returns
+ * whether that changed a byte. */
+static bool clear_cut(const struct tbm_tensor *t, const uint8_t *mask, uint64_t g0, char *buf,
+                      uint64_t b0, uint64_t b1, uint64_t i)
 {
     uint32_t m = t->hdr.nm_m, wb = tbm_mask_word_bytes(m);
     size_t es = tbm_precision_size(t->hdr.precision);
-    uint64_t g0 = first / m, g1 = (first + count - 1) / m;
+    uint64_t s = i * es, e = s + es;
+    bool changed = false;
+
+    if (load_word(mask + (i / m - g0) * wb, wb) >> (i % m) & 1)
+        return false;
+    s = s < b0 ? b0 : s;
+    e = e > b1 ? b1 : e;
+    for (char *p = buf + (s - b0); p < buf + (e - b0); p++) {
+        changed |= *p != 0;
+        *p = 0;
+    }
+    return changed;
+}
+
+/* Zeroes the pruned elements among tensor bytes [b0, b1) of t, which buf
+ * holds (at most GRANULE of them). Returns 1 when a byte changed, 0 when
+ * none did, or an error. */
+static int mask_step(enum tbm_isa isa, const struct tbm_tensor *t, struct scratch *s, char *buf,
+                     uint64_t b0, uint64_t b1)
+{
+    uint32_t m = t->hdr.nm_m, wb = tbm_mask_word_bytes(m);
+    size_t es = tbm_precision_size(t->hdr.precision);
+    uint64_t first = b0 / es, end = (b1 + es - 1) / es;
+    uint64_t g0 = first / m, g1 = (end - 1) / m;
+    bool changed = false;
 
     int r = tbm_mask_read(t, g0, g1 - g0 + 1, s->mask);
     if (r < 0)
         return r;
-    /* flags first, walking the groups without a division per element; bits
-     * at positions >= M are never looked at */
-    const uint8_t *p = s->mask;
-    uint32_t j = (uint32_t)(first % m), word = load_word(p, wb);
-    for (size_t k = 0; k < count; k++) {
-        s->keep[k] = (uint8_t)((word >> j) & 1);
-        if (++j == m && k + 1 < count) {
-            j = 0;
-            p += wb;
-            word = load_word(p, wb);
-        }
-    }
-    /* only the first and last elements can be cut by the read's ends */
-    size_t lo = first * es < b0, hi = count - ((first + count) * es > b1);
-    if (lo && !s->keep[0])
-        zero_element(buf, b0, b1, first, es);
-    if (hi < count && !s->keep[count - 1])
-        zero_element(buf, b0, b1, first + count - 1, es);
-    if (lo >= hi)
-        return 0;
-    char *whole = buf + ((first + lo) * es - b0);
-    const uint8_t *keep = s->keep + lo;
-    switch (es) {
-    case 2:
-        CLEAR_PRUNED(uint16_t, whole, keep, hi - lo);
-        break;
-    case 4:
-        CLEAR_PRUNED(uint32_t, whole, keep, hi - lo);
-        break;
-    default:
-        CLEAR_PRUNED(uint64_t, whole, keep, hi - lo);
-        break;
-    }
-    return 0;
+    /* only the first and last elements can be cut by the step's ends */
+    uint64_t lo = first + (first * es < b0), hi = end - (end * es > b1 && end - 1 >= lo);
+    if (lo > first)
+        changed |= clear_cut(t, s->mask, g0, buf, b0, b1, first);
+    if (hi < end)
+        changed |= clear_cut(t, s->mask, g0, buf, b0, b1, end - 1);
+    if (lo < hi)
+        changed |= tbm_mask_apply(isa, t->hdr.precision, buf + (lo * es - b0),
+                                  s->mask + (lo / m - g0) * wb, m, lo, (size_t)(hi - lo));
+    return changed;
 }
 
-/* Reads bytes [b0, b0 + len) of tensor t's data into buf. */
-static int tensor_bytes(const struct tbm_tensor *t, char *buf, uint64_t b0, size_t len)
+/* Which granules of a read it found as stored. A granule counts only when
+ * the read covers all of it; the header's granules never do. */
+struct sweep {
+    const struct tbm_safetensors *st;
+    uint64_t off, end; /* the read */
+    uint64_t granule;  /* the one being swept */
+    bool changed;      /* whether a byte of it so far needed masking */
+};
+
+static void sweep_finish(struct sweep *sw)
 {
-    size_t es = tbm_precision_size(t->hdr.precision);
+    uint64_t g0 = sw->granule * GRANULE, g1 = g0 + GRANULE;
+
+    if (g1 > sw->st->size)
+        g1 = sw->st->size;
+    if (!sw->changed && g0 >= sw->st->head_len && sw->off <= g0 && g1 <= sw->end)
+        atomic_store_explicit(&sw->st->clean[sw->granule], 1, memory_order_release);
+}
+
+/* Notes the bytes at file offset pos, changed or not by masking. */
+static void sweep_note(struct sweep *sw, uint64_t pos, bool changed)
+{
+    if (pos / GRANULE != sw->granule) {
+        sweep_finish(sw);
+        sw->granule = pos / GRANULE;
+        sw->changed = false;
+    }
+    sw->changed |= changed;
+}
+
+/* Reads bytes [b0, b0 + len) of tensor t's data, which lie at file offset
+ * pos, into buf, masked in steps that end at granule boundaries. */
+static int tensor_bytes(enum tbm_isa isa, const struct tbm_tensor *t, char *buf, uint64_t b0,
+                        size_t len, uint64_t pos, struct sweep *sw)
+{
     uint64_t b1 = b0 + len;
     struct scratch *s;
 
@@ -373,11 +398,14 @@ static int tensor_bytes(const struct tbm_tensor *t, char *buf, uint64_t b0, size
         return r;
     if (!(s = thread_scratch()))
         return TBM_ERR_NOMEM;
-    for (uint64_t first = b0 / es, end = (b1 + es - 1) / es; first < end;) {
-        size_t count = end - first < CHUNK ? (size_t)(end - first) : CHUNK;
-        if ((r = mask_chunk(t, s, buf, b0, b1, first, count)) < 0)
+    for (uint64_t b = b0; b < b1;) {
+        uint64_t e = b + (GRANULE - (pos + (b - b0)) % GRANULE);
+
+        e = e < b1 ? e : b1;
+        if ((r = mask_step(isa, t, s, buf + (b - b0), b, e)) < 0)
             return r;
-        first += count;
+        sweep_note(sw, pos + (b - b0), r == 1);
+        b = e;
     }
     return 0;
 }
@@ -394,6 +422,7 @@ int tbm_safetensors_read(const struct tbm_views *v, size_t t, char *buf, uint64_
         return 0;
     if (len > st->size - off)
         len = (size_t)(st->size - off);
+    struct sweep sw = {.st = st, .off = off, .end = off + len, .granule = off / GRANULE};
     if (off < st->head_len)
         tbm_copy_range(buf, off, len, st->head, st->head_len, &done);
     for (size_t k = piece_at(st, off + done); done < len; k++) {
@@ -401,13 +430,25 @@ int tbm_safetensors_read(const struct tbm_views *v, size_t t, char *buf, uint64_
         uint64_t pos = off + done;
         uint64_t in = pos - p->start;
         size_t n = p->len - in < len - done ? (size_t)(p->len - in) : len - done;
-        int r = tensor_bytes(&v->model->tensors[p->t], buf + done, in, n);
+        int r = tensor_bytes(v->model->isa, &v->model->tensors[p->t], buf + done, in, n, pos, &sw);
         if (r < 0)
             return r;
         done += n;
     }
+    sweep_finish(&sw);
     *got = len;
     return 0;
+}
+
+/* Whether every granule that [off, off + len) touches was found as stored. */
+static bool found_clean(const struct tbm_safetensors *st, uint64_t off, size_t len)
+{
+    if (len == 0)
+        return false;
+    for (uint64_t g = off / GRANULE; g <= (off + len - 1) / GRANULE; g++)
+        if (!atomic_load_explicit(&st->clean[g], memory_order_acquire))
+            return false;
+    return true;
 }
 
 int tbm_safetensors_locate(const struct tbm_views *v, size_t t, uint64_t off, size_t len,
@@ -428,7 +469,8 @@ int tbm_safetensors_locate(const struct tbm_views *v, size_t t, uint64_t off, si
     uint64_t in = off - p->start;
     /* A reply short of the request reads as the end of the file: only a
      * range wholly inside one stored tensor is spliced. */
-    if (!as_stored(tensor) || tensor->src->fd < 0 || len > p->len - in)
+    if (tensor->src->fd < 0 || len > p->len - in ||
+        (!as_stored(tensor) && !found_clean(st, off, len)))
         return 0;
     *out = (struct tbm_source_range){
         .fd = tensor->src->fd, .pos = tensor->weights.off + in, .len = len};

@@ -4,6 +4,7 @@ that are always taken down, and file helpers that report errno instead of raisin
 import errno
 import importlib.util
 import json
+import mmap
 import os
 import shutil
 import signal
@@ -94,6 +95,42 @@ def pread(path, offset, size):
         return out
     finally:
         os.close(fd)
+
+
+def direct_read(path):
+    """The whole file, read with O_DIRECT in 1 MiB reads."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECT)
+    try:
+        buf = mmap.mmap(-1, 1 << 20)
+        chunks = []
+        while True:
+            n = os.readv(fd, [buf])
+            if n == 0:
+                break
+            chunks.append(buf[:n])
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
+def pipes_of(pid):
+    """How many pipes the process holds: libfuse gives each worker that splices one."""
+    n = 0
+    for fd in os.listdir("/proc/%d/fd" % pid):
+        try:
+            n += os.readlink("/proc/%d/fd/%s" % (pid, fd)).startswith("pipe:")
+        except FileNotFoundError:  # closed since the listing
+            pass
+    return n
+
+
+def settled_pipes(pid):
+    """pipes_of once fuse_daemonize's own pipe, which the daemon closes only after its parent
+    has returned, is gone: up to a second."""
+    deadline = time.monotonic() + 1
+    while pipes_of(pid) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return pipes_of(pid)
 
 
 def errno_of(fn, *args):

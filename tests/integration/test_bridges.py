@@ -19,7 +19,8 @@ import numpy as np
 
 import harness
 import models
-from harness import CMD_TIMEOUT, check, eq, errno_of, ename, pread, read_all, read_json, run
+from harness import (CMD_TIMEOUT, check, direct_read, eq, errno_of, ename, pipes_of, pread, read_all,
+                     read_json, run, settled_pipes)
 from tbmref import BITS, DTYPE_NAMES, keep_bits, mask_layout
 
 ST_DTYPES = {0: "F32", 1: "F16", 2: "BF16", 3: "F64"}
@@ -263,6 +264,42 @@ def many(suite):
         check(t2 - t1 < 5, "first byte after %.2fs" % (t2 - t1))
 
 
+def spliced_once_found(suite):
+    """A masked tensor's bytes are computed until a read finds that masking changes none of a
+    granule (pruned weights stored as zero, as the tools write them); that granule is spliced
+    from the source afterwards. Granules where masking changes something (pruned weights
+    stored non-zero, -0.0) are computed on every read."""
+    with open("/proc/sys/fs/pipe-max-size") as f:
+        spliced = 524288 + 4 * 4096 <= int(f.read())
+    mk = gen.make_tensor
+    cases = {
+        "clean": [mk("clean", [1024, 1024], "bf16", (2, 4), 60),
+                  mk("clean.fp32", [512, 1024], "fp32", (1, 4), 61)],
+        # 4096 conflicts among 512 Ki pruned elements: every 64 KiB granule has some
+        "dirty": [mk("dirty", [1024, 1024], "bf16", (2, 4), 62, conflicts=4096)],
+    }
+    for key, tensors in cases.items():
+        src = os.path.join(suite.tmp, "splice-%s.tbm" % key)
+        cont = gen.container(tensors, "llama")
+        gen.write_file(src, cont.data)
+        expects = models.container_expects(cont, tensors)
+        m = harness.Mount(suite, src)
+        with m:
+            eq(m.start(), 0, "%s: mount" % key)
+            path = m.p("model.safetensors")
+            eq(settled_pipes(m.pid), 0, "%s: pipes before any read" % key)
+            first = direct_read(path)
+            _, head, start = parse_safetensors(first)
+            for e in expects:
+                a, b = head[e.name]["data_offsets"]
+                eq(first[start + a:start + b], native_bytes(e), "%s: %s bytes" % (key, e.name))
+            eq(pipes_of(m.pid), 0, "%s: first read computed, nothing spliced" % key)
+            for k in range(2):
+                eq(direct_read(path), first, "%s: read %d" % (key, k + 2))
+            eq(pipes_of(m.pid) > 0, spliced and key == "clean",
+               "%s: later reads spliced" % key)
+
+
 def main(suite):
     global gen
     gen = harness.load_gen()
@@ -316,6 +353,8 @@ def main(suite):
             eq(head, {}, "no entries")
             eq(read_json(m.p("tensors.json")), [], "tensors.json")
         suite.case("empty model: a header alone, an empty tensors.json", empty)
+    suite.case("model.safetensors: granules found as stored are spliced, others computed",
+               lambda: spliced_once_found(suite), timeout=120)
     suite.case("100,000 tiny tensors: header and time to first byte", lambda: many(suite),
                timeout=600)
 

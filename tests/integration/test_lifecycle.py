@@ -3,7 +3,6 @@
 usable, -f staying in the foreground and exiting 0 on fusermount3 -u, SIGTERM and SIGINT,
 the mount helper (mount -t fuse.tbmfs), -s, -V, TBMFS_KERNELS and clean unmounts."""
 
-import mmap
 import os
 import signal
 import subprocess
@@ -11,8 +10,8 @@ import time
 
 import harness
 import models
-from harness import (CMD_TIMEOUT, TBMFS, Mount, check, eq, kernels_supported, mounted, read_all,
-                     read_json, run, run_tbmfs)
+from harness import (CMD_TIMEOUT, TBMFS, Mount, check, direct_read, eq, kernels_supported, mounted,
+                     pipes_of, read_all, read_json, run, run_tbmfs, settled_pipes)
 
 gen = None
 
@@ -122,22 +121,6 @@ def mount_options(path):
     raise harness.Failure("%s is not in /proc/mounts" % path)
 
 
-def direct_read(path):
-    """The whole file, read with O_DIRECT in 1 MiB reads."""
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECT)
-    try:
-        buf = mmap.mmap(-1, 1 << 20)
-        chunks = []
-        while True:
-            n = os.readv(fd, [buf])
-            if n == 0:
-                break
-            chunks.append(buf[:n])
-        return b"".join(chunks)
-    finally:
-        os.close(fd)
-
-
 SPLICED = ("raw.tb", "weights.bin", "mask.bin", "dense.f32", "dense.npy")
 
 
@@ -145,26 +128,6 @@ def source_views(m):
     """The views of every tensor that can be spliced from the source."""
     return {(name, view): direct_read(m.p("tensors", name, view))
             for name in sorted(os.listdir(m.p("tensors"))) for view in SPLICED}
-
-
-def pipes_of(pid):
-    """How many pipes the process holds: libfuse gives each worker that splices one."""
-    n = 0
-    for fd in os.listdir("/proc/%d/fd" % pid):
-        try:
-            n += os.readlink("/proc/%d/fd/%s" % (pid, fd)).startswith("pipe:")
-        except FileNotFoundError:  # closed since the listing
-            pass
-    return n
-
-
-def settled_pipes(pid):
-    """pipes_of once fuse_daemonize's own pipe, which the daemon closes only after its parent
-    has returned, is gone: up to a second."""
-    deadline = time.monotonic() + 1
-    while pipes_of(pid) and time.monotonic() < deadline:
-        time.sleep(0.01)
-    return pipes_of(pid)
 
 
 def max_read(suite, tmp):

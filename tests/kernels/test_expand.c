@@ -632,6 +632,93 @@ static void test_count_random(void **state)
     }
 }
 
+/* --- masking in place --- */
+
+/* Element i of [first, first + count) masked in place with isa, in a copy of
+ * the range at the buffer's end (so that touching past it faults), checked
+ * against the model: pruned elements all-zero bytes, kept ones as stored;
+ * and the answer, whether any byte changed. */
+static void check_apply_range(enum tbm_isa isa, enum tbm_precision prec, const uint8_t *w,
+                              const uint8_t *mask, uint32_t m, uint64_t first, size_t count)
+{
+    uint32_t bytes = m <= 8 ? 1 : m <= 16 ? 2 : 4;
+    size_t es = tbm_precision_size(prec);
+    struct buf out = alloc_buf(count * es, true);
+    bool changed = false;
+
+    memcpy(out.p, w + first * es, count * es);
+    bool got = tbm_mask_apply(isa, prec, out.p, mask + first / m * bytes, m, first, count);
+    for (size_t k = 0; k < count; k++) {
+        const uint8_t *in = w + (first + k) * es, *o = out.p + k * es;
+        static const uint8_t zero[8];
+
+        if (model_word(mask, m, (first + k) / m) >> ((first + k) % m) & 1) {
+            assert_memory_equal(o, in, es);
+            continue;
+        }
+        assert_memory_equal(o, zero, es);
+        changed |= memcmp(in, zero, es) != 0;
+    }
+    assert_int_equal(got, changed);
+    free_buf(out);
+}
+
+static void test_apply_random(void **state)
+{
+    enum tbm_isa isa = state_isa(state);
+
+    skip_unless_supported(isa);
+    for (size_t p = 0; p < 4; p++) {
+        for (uint32_t m = 1; m <= 32; m++) {
+            size_t n = 64 * m + 300 + rnd() % 200;
+            uint32_t bytes = m <= 8 ? 1 : m <= 16 ? 2 : 4;
+            size_t es = tbm_precision_size(precs[p]);
+            uint8_t *w = malloc(n * es), *mask = malloc((n + m - 1) / m * bytes);
+
+            assert_non_null(w);
+            assert_non_null(mask);
+            random_weights(precs[p], w, n);
+            random_mask(mask, (n + m - 1) / m * bytes);
+            for (unsigned r = 0; r < 12; r++) {
+                uint64_t first = r == 0 ? 0 : rnd() % n;
+                size_t count = r <= 1 ? n - first : rnd() % (n - first + 1);
+
+                check_apply_range(isa, precs[p], w, mask, m, first, count);
+            }
+            /* pruned elements already zero (as the tools write them): no change */
+            for (size_t i = 0; i < n; i++)
+                if (!(model_word(mask, m, i / m) >> (i % m) & 1))
+                    memset(w + i * es, 0, es);
+            check_apply_range(isa, precs[p], w, mask, m, 0, n);
+            check_apply_range(isa, precs[p], w, mask, m, 1, n - 1);
+            free(mask);
+            free(w);
+        }
+    }
+}
+
+/* One set bit, anywhere in any pruned element, is found and cleared, and -0.0
+ * is not taken for zero: every position of a block of each size. */
+static void test_apply_single_bit(void **state)
+{
+    enum tbm_isa isa = state_isa(state);
+
+    skip_unless_supported(isa);
+    for (size_t p = 0; p < 4; p++) {
+        size_t es = tbm_precision_size(precs[p]), n = 256;
+        uint8_t w[256 * 8], mask[64];
+
+        memset(mask, 0x5, sizeof mask); /* 1:4 ... elements 0 and 2 of each 4 kept */
+        for (size_t bit = 0; bit < n * es * 8; bit += 7) {
+            memset(w, 0, sizeof w);
+            w[bit / 8] = (uint8_t)(1u << (bit % 8));
+            bool pruned = (bit / 8 / es) % 2 == 1;
+            assert_int_equal(tbm_mask_apply(isa, precs[p], w, mask, 4, 0, n), pruned);
+            assert_int_equal(w[bit / 8], pruned ? 0 : 1u << (bit % 8));
+        }
+    }
+}
+
 #define PER_ISA(f)                                                                                 \
     {#f "/scalar", f, NULL, NULL, (void *)&isas[0]},                                               \
         {#f "/avx2", f, NULL, NULL, (void *)&isas[1]},                                             \
@@ -653,6 +740,8 @@ int main(void)
         PER_ISA(test_expand_fp32_in_place),
         PER_ISA(test_count_by_hand),
         PER_ISA(test_count_random),
+        PER_ISA(test_apply_random),
+        PER_ISA(test_apply_single_bit),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);
