@@ -62,8 +62,8 @@ OWNER = None
 class Mount(harness.Mount):
     """A tbmfs mount of source for a with block; path is its mount point, pid its daemon."""
 
-    def __init__(self, source, args=()):
-        super().__init__(OWNER, source, args)
+    def __init__(self, source, args=(), env=None):
+        super().__init__(OWNER, source, args, env=env)
 
     def __enter__(self):
         rc = self.start()
@@ -138,8 +138,8 @@ def three_reads(path):
     return {"first": first, "cached": cached, "direct": direct}
 
 
-def view_reads(source, rel, args=()):
-    with Mount(source, args) as m:
+def view_reads(source, rel, args=(), env=None):
+    with Mount(source, args, env) as m:
         return three_reads(m.p(rel))
 
 
@@ -232,6 +232,84 @@ def mount_and_find(source, runs):
             n = len(sh(["find", m.path]).stdout.splitlines())
             finds.append(time.perf_counter() - t0)
     return statistics.median(mounts), statistics.median(finds), n
+
+
+UNCHECKED = {"TBMFS_NO_CHANGE_CHECK": "1"}
+CHECK_READS = (("dense.f32 (computed; checked after each read)", "dense.f32", []),
+               ("raw.tb (spliced; checked before each splice)", "raw.tb", []),
+               ("raw.tb -o nosplice (checked after each read)", "raw.tb",
+                ["-o", "nosplice"]))
+
+
+def change_check(source, name, runs):
+    """Figure 9: {(row, how, checked): median GB/s} of reads with the source's change check
+    and without it (TBMFS_NO_CHANGE_CHECK=1), rounds interleaved, which goes first
+    alternating."""
+    samples = {}
+    for r in range(runs):
+        for label, view, args in CHECK_READS:
+            for checked in rotated([True, False], r):
+                got = view_reads(source, "tensors/%s/%s" % (name, view), args,
+                                 None if checked else UNCHECKED)
+                for how in ("first", "direct"):
+                    samples.setdefault((label, how, checked), []).append(got[how])
+    return {key: statistics.median(v) for key, v in samples.items()}
+
+
+def print_change_check(got, runs):
+    print("\n9. the change check's cost, fp16 2:4 tensor, GB/s (median of %d; without: "
+          "TBMFS_NO_CHANGE_CHECK=1):" % runs)
+    print("   %-62s %8s %8s %7s" % ("", "checked", "without", "cost"))
+    for label, _, _ in CHECK_READS:
+        for how in ("first", "direct"):
+            on, off = got[(label, how, True)], got[(label, how, False)]
+            print("   %-62s %8.2f %8.2f %6.1f%%" % ("%s, %s" % (label, {
+                "first": "first read", "direct": "O_DIRECT"}[how]), on, off,
+                100 * (1 - on / off)))
+
+
+def drop_caches():
+    sh(["sync"])
+    with open("/proc/sys/vm/drop_caches", "w") as f:
+        f.write("3\n")
+
+
+def cold_mounts(work, runs):
+    """Figure 10: {(column, model): median seconds} of mounting a 2 GiB and a 1 MiB model
+    with the page cache dropped first, tbmfs on the .tbm, the peers on an uncompressed
+    squashfs image holding the same .tbm (the same bytes, as a peer would serve them)."""
+    models = {}
+    for label, shape in (("2 GiB", "32768,32768"), ("1 MiB", "512,1024")):
+        src = os.path.join(work, "cold-%s.tbm" % label.replace(" ", ""))
+        sh([PY, GEN, "tensor", src, "--shape", shape, "--dtype", "fp16", "--nm", "2:4",
+            "--name", "w"])
+        folder = src + ".d"
+        os.makedirs(folder)
+        os.link(src, os.path.join(folder, os.path.basename(src)))
+        squash(folder, src + ".sqfs")
+        models[label] = (src, src + ".sqfs", os.path.getsize(src))
+    samples = {}
+    for r in range(runs):
+        for label, (src, image, _) in models.items():
+            for fs in rotated(COLUMNS, r):
+                drop_caches()
+                secs, m = timed_mount(fs, src if fs == "tbmfs" else image)
+                m.stop()
+                samples.setdefault((fs, label), []).append(secs)
+    for src, image, _ in models.values():
+        subprocess.run(["rm", "-rf", src, src + ".d", image])
+    return {key: statistics.median(v) for key, v in samples.items()}, models
+
+
+def print_cold_mounts(got, models, runs):
+    print("\n10. cold mount (page cache dropped first), seconds (median of %d):" % runs)
+    print("   %-26s %10s %14s %14s" % ("model", *COLUMNS))
+    for label, (_, _, size) in models.items():
+        print("   %-26s %10.3f %14.3f %14.3f" % ("%s (%d bytes)" % (label, size),
+                                                 *(got[(fs, label)] for fs in COLUMNS)))
+    print("   %-26s %10.2f %14.2f %14.2f" % ("ratio 2 GiB / 1 MiB",
+                                             *(got[(fs, "2 GiB")] / got[(fs, "1 MiB")]
+                                               for fs in COLUMNS)))
 
 
 PEERS = ("squashfuse", "squashfuse_ll")
@@ -403,6 +481,11 @@ def figures(work, runs, want):
                 got[(label, "dense.f32", "first")], got[(label, "dense.f32", "direct")]))
     if 8 in want:
         peers(work, runs, fp16, fp32)
+    if 9 in want:
+        print_change_check(change_check(fp16, "w16", runs), runs)
+    if 10 in want:
+        got, models = cold_mounts(work, runs)
+        print_cold_mounts(got, models, runs)
 
 
 def reads_figures(runs, fp16, fp32):
@@ -473,7 +556,7 @@ def main():
     runs = int(sys.argv[1]) if len(sys.argv) > 1 else 5
     # optional: which figures, e.g. "8" or "1,2,3,8" (default all)
     want = ({int(x) for x in sys.argv[2].split(",")} if len(sys.argv) > 2
-            else set(range(1, 9)))
+            else set(range(1, 11)))
     work = tempfile.mkdtemp(prefix="tbmfs-bench-")
     OWNER = _Owner(work)
     try:

@@ -210,20 +210,25 @@ static size_t print_messages(const char *source, const struct tbm_model *m, size
     return n;
 }
 
+/* A line of stderr that says how far a long job is, on a terminal only:
+ * shown once the job has run a second, redrawn twice a second, erased at the
+ * end. line() writes its text from what the job has published. */
 struct progress {
-    const struct tbm_model *model;
+    void (*line)(const void *arg, double secs, char *buf, size_t len);
+    const void *arg;
     pthread_mutex_t lock;
     pthread_cond_t done_cond;
     bool done;
+    pthread_t thread;
+    bool started;
 };
 
-/* --check reads every mask and weight; on a terminal, a run longer than a
- * second shows how far it is on one line of stderr, erased at the end. */
 static void *show_progress(void *arg)
 {
     struct progress *p = arg;
     struct timespec start, now, until;
     bool shown = false;
+    char text[256];
 
     clock_gettime(CLOCK_MONOTONIC, &start);
     pthread_mutex_lock(&p->lock);
@@ -235,14 +240,11 @@ static void *show_progress(void *arg)
         pthread_cond_timedwait(&p->done_cond, &p->lock, &until);
         if (p->done || tick < 2)
             continue;
-        uint64_t done, total;
-        tbm_model_stats_progress(p->model, &done, &total);
         clock_gettime(CLOCK_MONOTONIC, &now);
-        double secs = (double)(now.tv_sec - start.tv_sec) + (now.tv_nsec - start.tv_nsec) * 1e-9;
-        double rate = secs > 0 ? (double)done / secs : 0;
-        fprintf(stderr, "\rtbmfs: checking: %.0f of %.0f MiB, %.0f MiB/s, %.0f s left\033[K",
-                (double)done / 1048576, (double)total / 1048576, rate / 1048576,
-                rate > 0 ? (double)(total - (done < total ? done : total)) / rate : 0.0);
+        p->line(p->arg,
+                (double)(now.tv_sec - start.tv_sec) + (double)(now.tv_nsec - start.tv_nsec) * 1e-9,
+                text, sizeof(text));
+        fprintf(stderr, "\rtbmfs: %s\033[K", text);
         shown = true;
     }
     pthread_mutex_unlock(&p->lock);
@@ -251,29 +253,80 @@ static void *show_progress(void *arg)
     return NULL;
 }
 
+static void progress_start(struct progress *p,
+                           void (*line)(const void *arg, double secs, char *buf, size_t len),
+                           const void *arg)
+{
+    *p = (struct progress){.line = line, .arg = arg};
+    pthread_mutex_init(&p->lock, NULL);
+    pthread_cond_init(&p->done_cond, NULL);
+    if (isatty(STDERR_FILENO))
+        p->started = pthread_create(&p->thread, NULL, show_progress, p) == 0;
+}
+
+static void progress_stop(struct progress *p)
+{
+    pthread_mutex_lock(&p->lock);
+    p->done = true;
+    pthread_cond_signal(&p->done_cond);
+    pthread_mutex_unlock(&p->lock);
+    if (p->started)
+        pthread_join(p->thread, NULL);
+    pthread_cond_destroy(&p->done_cond);
+    pthread_mutex_destroy(&p->lock);
+}
+
+/* --check reads every mask and weight. */
+static void check_line(const void *arg, double secs, char *buf, size_t len)
+{
+    uint64_t done, total;
+
+    tbm_model_stats_progress(arg, &done, &total);
+    double rate = secs > 0 ? (double)done / secs : 0;
+    snprintf(buf, len, "checking: %.0f of %.0f MiB, %.0f MiB/s, %.0f s left",
+             (double)done / 1048576, (double)total / 1048576, rate / 1048576,
+             rate > 0 ? (double)(total - (done < total ? done : total)) / rate : 0.0);
+}
+
 static int compute_with_progress(const struct tbm_model *m)
 {
-    struct progress p = {.model = m};
-    pthread_t thread;
-    bool started = false;
+    struct progress p;
 
-    pthread_mutex_init(&p.lock, NULL);
-    pthread_cond_init(&p.done_cond, NULL);
-    if (isatty(STDERR_FILENO))
-        started = pthread_create(&thread, NULL, show_progress, &p) == 0;
+    progress_start(&p, check_line, m);
     int r = tbm_model_compute_stats(m);
-    pthread_mutex_lock(&p.lock);
-    p.done = true;
-    pthread_cond_signal(&p.done_cond);
-    pthread_mutex_unlock(&p.lock);
-    if (started)
-        pthread_join(thread, NULL);
-    pthread_cond_destroy(&p.done_cond);
-    pthread_mutex_destroy(&p.lock);
+    progress_stop(&p);
     return r;
 }
 
-static int run_check(const char *given, const struct tbm_open_options *opts)
+/* An open reads the index, then every tensor's header: a million-entry
+ * index, a manifest of many files or a far server take seconds. */
+static void open_line(const void *arg, double secs, char *buf, size_t len)
+{
+    const struct tbm_open_progress *op = arg;
+    size_t n = atomic_load(&op->tensors), done = atomic_load(&op->loaded);
+
+    (void)secs;
+    if (n == 0)
+        snprintf(buf, len, "opening: reading the index");
+    else
+        snprintf(buf, len, "opening: %zu of %zu tensors", done < n ? done : n, n);
+}
+
+static int open_with_progress(const char *path, struct tbm_open_options *opts,
+                              struct tbm_model **out, char *err, size_t errlen)
+{
+    struct tbm_open_progress op = {0};
+    struct progress p;
+
+    opts->progress = &op;
+    progress_start(&p, open_line, &op);
+    int r = tbm_model_open(path, opts, out, err, errlen);
+    progress_stop(&p);
+    opts->progress = NULL;
+    return r;
+}
+
+static int run_check(const char *given, struct tbm_open_options *opts)
 {
     struct tbm_model *m;
     char err[1024], source[4096];
@@ -281,7 +334,7 @@ static int run_check(const char *given, const struct tbm_open_options *opts)
 
     /* every line printed is UTF-8, whatever bytes the path holds */
     tbm_text_clean(source, sizeof(source), given, strlen(given));
-    if (tbm_model_open(given, opts, &m, err, sizeof(err)) < 0) {
+    if (open_with_progress(given, opts, &m, err, sizeof(err)) < 0) {
         fprintf(stderr, "tbmfs: %s\n", err);
         return 2;
     }
@@ -519,8 +572,14 @@ int main(int argc, char *argv[])
         goto out;
     if (select_isa(&isa) < 0)
         goto out;
+    const char *unchecked = getenv("TBMFS_NO_CHANGE_CHECK");
+    if (unchecked && strcmp(unchecked, "1") == 0)
+        fprintf(stderr,
+                "tbmfs: %s: TBMFS_NO_CHANGE_CHECK=1: a change to the source will not be "
+                "noticed (meant for benchmarks)\n",
+                cli.source);
     struct tbm_open_options open_opts = {.isa = isa, .strict = cli.strict, .http = &http_opts};
-    if (tbm_model_open(cli.source, &open_opts, &model, err, sizeof(err)) < 0) {
+    if (open_with_progress(cli.source, &open_opts, &model, err, sizeof(err)) < 0) {
         fprintf(stderr, "tbmfs: %s\n", err);
         goto out;
     }

@@ -5,6 +5,7 @@
 #ifndef TBM_MODEL_H
 #define TBM_MODEL_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -15,10 +16,19 @@
 
 struct tbm_model;
 
+/* How far an open has come, for a progress line shown by another thread:
+ * tensors is 0 until the index has been read and split, then its entry count;
+ * loaded counts the entries validated (their headers read) so far. */
+struct tbm_open_progress {
+    atomic_size_t tensors;
+    atomic_size_t loaded;
+};
+
 struct tbm_open_options {
     enum tbm_isa isa; /* kernels used for statistics and reported in model.json */
     bool strict;      /* refuse a model in which any tensor has a problem */
     const struct tbm_http_options *http; /* for an http(s):// SOURCE; NULL: defaults */
+    struct tbm_open_progress *progress;  /* updated as the open goes; may be NULL */
 };
 
 /* Opens and validates path into *out. On failure returns a negative status

@@ -167,6 +167,8 @@ static int add_tensor(struct tbm_opener *o, struct json_object *entry, size_t i,
     const char *q;
     int r;
 
+    if (o->opts->progress)
+        atomic_fetch_add_explicit(&o->opts->progress->loaded, 1, memory_order_relaxed);
     if ((r = tbm_entry_parse(entry, i, t, &e)) < 0)
         return r;
     if (!json_object_is_type(entry, json_type_object))
@@ -324,6 +326,10 @@ static int load_entries(struct tbm_opener *o)
         return tbm_open_fail(o, TBM_ERR_NOMEM, "out of memory for %zu tensors", n);
     o->m->ntensors = n;
     o->entries = arr;
+    if (o->opts->progress) {
+        atomic_store(&o->opts->progress->loaded, 0);
+        atomic_store(&o->opts->progress->tensors, n);
+    }
     int r = tbm_for_each_span(o, n, sliced ? add_sliced : add_tensors);
     if (r == SLICE_INVALID) {
         /* The whole text is invalid too, and parsing it says why. */

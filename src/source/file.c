@@ -2,6 +2,7 @@
  * with pread; its descriptor is what the FUSE layer splices from. */
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -75,9 +76,27 @@ static void id_of(const struct stat *st, struct tbm_source_id *out)
     out->ctime = st->st_ctim;
 }
 
+static bool unchecked;
+static pthread_once_t unchecked_once = PTHREAD_ONCE_INIT;
+
+static void read_unchecked(void)
+{
+    const char *env = getenv("TBMFS_NO_CHANGE_CHECK");
+
+    unchecked = env && strcmp(env, "1") == 0;
+}
+
 static int file_identify(struct tbm_source *src, struct tbm_source_id *out)
 {
     struct stat st;
+
+    /* For the benchmark that prices the check (scripts/bench.py): the
+     * identity recorded at open is taken for the file's, with no fstat. */
+    pthread_once(&unchecked_once, read_unchecked);
+    if (unchecked) {
+        *out = src->id;
+        return 0;
+    }
     int fd = open_fd(src);
 
     if (fd < 0) {

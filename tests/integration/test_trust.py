@@ -16,7 +16,7 @@ import time
 
 import harness
 import models
-from harness import CMD_TIMEOUT, Mount, check, ename, eq, errno_of, read_all, run
+from harness import CMD_TIMEOUT, Mount, check, direct_read, ename, eq, errno_of, read_all, run
 
 gen = None
 
@@ -144,6 +144,24 @@ def changed(suite, how):
     check(any("tensor b.fp16: dense.npy: the source changed since the mount" in x
               for x in lines), "the EIO of dense.npy is logged: %r" % lines)
     eq(len(lines), len(set(lines)), "each line once")
+
+
+def unchecked(suite):
+    """TBMFS_NO_CHANGE_CHECK=1, which the benchmark uses to price the check: said at mount, and
+    then a rewrite in place is served as it is, not refused."""
+    path = os.path.join(suite.tmp, "unchecked.tbm")
+    other = os.path.join(suite.tmp, "unchecked-other.tbm")
+    _, expects = model(path, 50)
+    _, others = model(other, 60)
+    m = Mount(suite, path, env={"TBMFS_NO_CHANGE_CHECK": "1"})
+    with m:
+        eq(m.start(), 0, "mount")
+        check("TBMFS_NO_CHANGE_CHECK=1" in m.err and path in m.err, "the warning: %r" % m.err)
+        raw = m.p("tensors", "b.fp16", "raw.tb")
+        eq(direct_read(raw), expects[1].raw, "raw.tb before")
+        with open(other, "rb") as f, open(path, "r+b") as g:
+            g.write(f.read())
+        eq(direct_read(raw), others[1].raw, "raw.tb after a rewrite: the new bytes, no EIO")
 
 
 def streaming(suite, view, args):
@@ -278,6 +296,8 @@ def main(suite):
                timeout=240)
     for how in ("rewrite", "truncate", "append", "rename"):
         suite.case("source changed by %s" % how, lambda how=how: changed(suite, how), timeout=60)
+    suite.case("TBMFS_NO_CHANGE_CHECK=1: said at mount, changes not checked",
+               lambda: unchecked(suite), timeout=60)
     suite.case("a rewrite while a reader streams raw.tb (-o nosplice): EIO, never mixed bytes",
                lambda: streaming(suite, "raw.tb", ["-o", "nosplice"]), timeout=60)
     suite.case("a rewrite while a reader streams dense.f32: EIO, never mixed bytes",
