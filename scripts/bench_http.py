@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """Benchmark of HTTP sources against a private nginx on loopback (its own configuration and
 prefix in a temp dir, stopped by its pid): a cold dd bs=1M of one 256 MiB raw.tb through the
-mount against curl -r of the same bytes from the same nginx, and the mount and ls -R of a
+mount against curl -r of the same bytes from the same nginx (and the same dd through a mount of
+the local file: what FUSE and dd cost with no transfer), and the mount and ls -R of a
 1,000-tensor model with the requests each made (nginx's access log). Medians of RUNS rounds,
 each round measuring every figure once. Usage: scripts/bench_http.py [RUNS]."""
 
@@ -87,6 +88,19 @@ class Mounted:
         subprocess.run(["fusermount3", "-u", self.mnt], timeout=60)
 
 
+def daemon_cpu(mnt):
+    """CPU seconds the tbmfs serving mnt has used (utime + stime of all its threads)."""
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            argv = open("/proc/%s/cmdline" % pid, "rb").read().split(b"\0")
+            stat = open("/proc/%s/stat" % pid).read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if os.path.basename(argv[0]) == b"tbmfs" and mnt.encode() in argv:
+            return (int(stat[11]) + int(stat[12])) / os.sysconf("SC_CLK_TCK")
+    return 0.0
+
+
 def timed(args):
     t = time.perf_counter()
     sh(args)
@@ -102,8 +116,9 @@ def main():
     write_many(os.path.join(www, "many.tbm"))
     write_spread(os.path.join(www, "spread.tbm"))
     mnt = os.path.join(tmp, "mnt")
-    fig = {k: [] for k in ("dd", "curl", "mount_big", "mount", "ls", "req_mount", "req_ls",
-                           "req_mount_big", "mount_spread", "ls_spread", "req_spread", "mib_spread")}
+    fig = {k: [] for k in ("dd", "dd_cpu", "local", "curl", "mount_big", "mount", "ls",
+                           "req_mount", "req_ls", "req_mount_big", "mount_spread", "ls_spread",
+                           "req_spread", "mib_spread")}
     try:
         with httpserve.Nginx(os.path.join(tmp, "nginx"), www) as nginx:
             big, many = nginx.url("big.tbm"), nginx.url("many.tbm")
@@ -112,9 +127,17 @@ def main():
                 with Mounted(big, mnt, ["-o", "cache_size=64M"]) as m:
                     fig["mount_big"].append(m.secs)
                     fig["req_mount_big"].append(len(nginx.requests()) - n0)
+                    cpu = daemon_cpu(mnt)
                     fig["dd"].append(timed(["dd", "if=" + os.path.join(mnt, "tensors", "big",
                                                                       "raw.tb"),
                                             "of=/dev/null", "bs=1M"]))
+                    fig["dd_cpu"].append(daemon_cpu(mnt) - cpu)
+                # The same dd from the local file (in the page cache) through a mount: what
+                # the kernel's FUSE path and dd cost alone, with no transfer.
+                with Mounted(os.path.join(www, "big.tbm"), mnt):
+                    fig["local"].append(timed(["dd", "if=" + os.path.join(mnt, "tensors", "big",
+                                                                         "raw.tb"),
+                                               "of=/dev/null", "bs=1M"]))
                 fig["curl"].append(timed(["curl", "-sSf", "-r", "0-%d" % (rawlen - 1), big,
                                           "-o", "/dev/null"]))
                 n0 = len(nginx.requests())
@@ -142,6 +165,9 @@ def main():
     print("  curl -r of the same bytes           %6.2f GB/s" % (gb / med["curl"]))
     print("  ratio mount / curl                  %6.2fx  (goal >= 0.8x)"
           % (med["curl"] / med["dd"]))
+    print("  daemon CPU during that dd           %6.3f s" % med["dd_cpu"])
+    print("  same dd from the local file         %6.2f GB/s, %.2fx curl (FUSE and dd alone)"
+          % (gb / med["local"], med["curl"] / med["local"]))
     print("  mount of that 320 MiB model         %6.3f s, %d requests"
           % (med["mount_big"], med["req_mount_big"]))
     print("  mount of 1,000 2:4 tensors, 13 MB   %6.3f s  (goal < 1 s), %d requests "

@@ -24,6 +24,25 @@ struct tbm_source_id {
 
 struct tbm_source;
 
+/* Bytes of a source where they already are in memory (a block of a remote
+ * source's cache), kept there while held. */
+struct tbm_source_piece {
+    const unsigned char *data;
+    size_t len;
+    void *ref; /* the source's, to let the piece go */
+};
+
+/* The kernel caps a read request at 1 MiB, so a range of one spans at most
+ * two 1 MiB blocks. */
+#define TBM_SOURCE_PIECES 2
+
+/* A range held by tbm_source_hold: its n pieces, in order. */
+struct tbm_source_hold {
+    struct tbm_source *src;
+    size_t n;
+    struct tbm_source_piece piece[TBM_SOURCE_PIECES];
+};
+
 struct tbm_source_ops {
     /* Reads up to len bytes at off into buf; *got is short only at the end
      * of the source. 0, or TBM_ERR_IO / TBM_ERR_NOMEM. */
@@ -35,6 +54,13 @@ struct tbm_source_ops {
     /* Optional: len bytes at off will be read soon, so a remote source may
      * start fetching them alongside others. NULL for a local file. */
     void (*prefetch)(struct tbm_source *src, uint64_t off, size_t len);
+    /* Optional: holds the len bytes at off (inside the source) in at most
+     * max pieces, each kept in memory until release. 1 with *n pieces, 0
+     * when the bytes are not all where they can be held (read them
+     * instead), or TBM_ERR_IO / TBM_ERR_NOMEM. NULL for a local file. */
+    int (*hold)(struct tbm_source *src, uint64_t off, size_t len, struct tbm_source_piece *pieces,
+                size_t max, size_t *n);
+    void (*release)(struct tbm_source *src, struct tbm_source_piece *pieces, size_t n);
 };
 
 struct tbm_source {
@@ -73,6 +99,15 @@ void tbm_source_detach(struct tbm_source *src, int (*reopen)(void *ctx, const ch
  * TBM_ERR_CHANGED when it is no longer the file it was when opened (checked
  * after the read, so that bytes of a rewrite in progress are not served). */
 int tbm_source_read_full(struct tbm_source *src, void *buf, size_t len, uint64_t off);
+
+/* Holds the len bytes at off (inside the source) where they are in memory,
+ * so that they can be handed to the kernel without a copy: 1 with h filled
+ * (let it go with tbm_source_release), 0 when the source cannot (read them
+ * with tbm_source_read_full), or an error as tbm_source_read_full's, the
+ * change checked once the bytes are held. */
+int tbm_source_hold(struct tbm_source *src, uint64_t off, size_t len, struct tbm_source_hold *h);
+
+void tbm_source_release(struct tbm_source_hold *h);
 
 /* 0 while the source is the file it was when opened (device, inode, size,
  * mtime; for HTTP length and validator), else TBM_ERR_CHANGED, from

@@ -133,6 +133,17 @@ struct tbm_source_range {
 int tbm_view_locate(const struct tbm_views *views, const struct tbm_view *view, size_t t,
                     uint64_t off, size_t len, struct tbm_source_range *out);
 
+/* For a source with no descriptor whose bytes are in memory (an HTTP
+ * source's cache): holds up to len bytes at off of the same views where
+ * they are, so that they can be handed to the kernel without a copy.
+ * Returns 1 with h (its pieces short only at the end of the view; let it
+ * go with tbm_view_release once replied); 0 for bytes that are computed,
+ * past the end, or not held (read them with tbm_view_read); an error as
+ * tbm_view_read. */
+int tbm_view_hold(const struct tbm_views *views, const struct tbm_view *view, size_t t,
+                  uint64_t off, size_t len, struct tbm_source_hold *h);
+void tbm_view_release(struct tbm_source_hold *h);
+
 /* Extended attributes of tensor t's directory and of each of its files:
  * user.tbm.name (the true name), user.tbm.shape (e.g. "4096,4096"),
  * user.tbm.dtype, user.tbm.nm ("2:4", "0:0" for dense), user.tbm.density.

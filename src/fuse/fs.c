@@ -7,10 +7,12 @@
 #include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 /* Inode numbers: the root, tensors/, the root files in table order, then
@@ -488,6 +490,19 @@ static void reply_source(fuse_req_t req, const struct tbm_source_range *src)
     fuse_reply_data(req, &bv, 0);
 }
 
+/* Replies with bytes held in a remote source's cache, written to the kernel
+ * from where they are: the write copies them before it returns, so the
+ * hold need last no longer. */
+static void reply_held(fuse_req_t req, struct tbm_source_hold *h)
+{
+    struct iovec iov[TBM_SOURCE_PIECES];
+
+    for (size_t i = 0; i < h->n; i++)
+        iov[i] = (struct iovec){(void *)(uintptr_t)h->piece[i].data, h->piece[i].len};
+    fuse_reply_iov(req, iov, (int)h->n);
+    tbm_view_release(h);
+}
+
 /* A rendered view's content is copied out too: the reader may close the
  * file, and its release drop the result, the moment our reply reaches the
  * kernel. */
@@ -511,6 +526,7 @@ static void read_view(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off)
 {
     const struct tbm_fs *fs = fs_of(req);
     struct tbm_source_range src;
+    struct tbm_source_hold held;
     struct node n;
     size_t got = 0;
     int r;
@@ -529,6 +545,13 @@ static void read_view(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off)
         if (r != 0)
             return;
     }
+    r = tbm_view_hold(fs->views, n.view, t, (uint64_t)off, size, &held);
+    if (r < 0)
+        reply_failure(req, n.tensor, n.view, r);
+    else if (r > 0)
+        reply_held(req, &held);
+    if (r != 0)
+        return;
     char *buf = thread_buf(size);
     if (!buf) {
         fuse_reply_err(req, ENOMEM);

@@ -4,6 +4,7 @@
  * a block waits for the one transfer that fills it. */
 #include "cache.h"
 
+#include <assert.h>
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdlib.h>
@@ -282,8 +283,8 @@ static void read_ahead(struct tbm_cache *c, uint64_t block)
 }
 
 /* The slot of block, filled, with a reference held; called and returns
- * with the lock held. */
-static int acquire(struct tbm_cache *c, uint64_t block, struct slot **out)
+ * with the lock held. 1 instead of waiting for a slot unless may_wait. */
+static int acquire(struct tbm_cache *c, uint64_t block, bool may_wait, struct slot **out)
 {
     for (;;) {
         if (c->stale)
@@ -291,6 +292,8 @@ static int acquire(struct tbm_cache *c, uint64_t block, struct slot **out)
         struct slot *s = lookup(c, block);
         if (!s) {
             if (!(s = take_slot(c, false))) {
+                if (!may_wait)
+                    return 1;
                 c->slot_waiters++;
                 pthread_cond_wait(&c->done, &c->lock);
                 c->slot_waiters--;
@@ -349,7 +352,7 @@ int tbm_cache_read(struct tbm_cache *c, void *buf, size_t len, uint64_t off, siz
     while (done < len) {
         uint64_t pos = off + done, block = pos / TBM_CACHE_BLOCK;
         struct slot *s;
-        if ((r = acquire(c, block, &s)) < 0)
+        if ((r = acquire(c, block, true, &s)) < 0)
             goto out;
         read_ahead(c, block);
         size_t in = (size_t)(pos - block * TBM_CACHE_BLOCK);
@@ -365,6 +368,52 @@ int tbm_cache_read(struct tbm_cache *c, void *buf, size_t len, uint64_t off, siz
 out:
     pthread_mutex_unlock(&c->lock);
     return r;
+}
+
+int tbm_cache_hold(struct tbm_cache *c, uint64_t off, size_t len, struct tbm_source_piece *pieces,
+                   size_t max, size_t *n)
+{
+    size_t done = 0;
+    int r = 1;
+
+    assert(len > 0 && off < c->size && len <= c->size - off);
+    *n = 0;
+    pthread_mutex_lock(&c->lock);
+    while (done < len) {
+        uint64_t pos = off + done, block = pos / TBM_CACHE_BLOCK;
+        struct slot *s;
+        if (*n == max) {
+            r = 0;
+            break;
+        }
+        /* Only the first block may wait for a slot: readers that each
+         * hold a block and wait for another could otherwise hold every
+         * slot and wait for ever. */
+        int a = acquire(c, block, *n == 0, &s);
+        if (a != 0) {
+            r = a < 0 ? a : 0;
+            break;
+        }
+        read_ahead(c, block);
+        size_t in = (size_t)(pos - block * TBM_CACHE_BLOCK);
+        size_t k = s->len - in < len - done ? s->len - in : len - done;
+        pieces[(*n)++] = (struct tbm_source_piece){s->data + in, k, s};
+        done += k;
+    }
+    if (r != 1) {
+        while (*n > 0)
+            put(c, pieces[--*n].ref);
+    }
+    pthread_mutex_unlock(&c->lock);
+    return r;
+}
+
+void tbm_cache_release(struct tbm_cache *c, struct tbm_source_piece *pieces, size_t n)
+{
+    pthread_mutex_lock(&c->lock);
+    for (size_t i = 0; i < n; i++)
+        put(c, pieces[i].ref);
+    pthread_mutex_unlock(&c->lock);
 }
 
 void tbm_cache_invalidate(struct tbm_cache *c)

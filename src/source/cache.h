@@ -6,6 +6,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "tbm/source.h"
 #include "tbm/status.h"
 
 #define TBM_CACHE_BLOCK (1u << 20)
@@ -32,6 +33,16 @@ int tbm_cache_new(const struct tbm_cache_fetcher *f, uint64_t size, uint64_t cac
  * on from where a reader left off fetches the next blocks ahead of it. 0,
  * TBM_ERR_IO or TBM_ERR_NOMEM. */
 int tbm_cache_read(struct tbm_cache *c, void *buf, size_t len, uint64_t off, size_t *got);
+
+/* Holds the blocks of the len bytes at off (inside the source, len > 0) in
+ * at most max pieces, read on from as tbm_cache_read does; none is evicted
+ * until tbm_cache_release. 1 with *n pieces; 0 when they need more pieces,
+ * or a further block would wait for a slot that others hold (read them
+ * with tbm_cache_read, which holds one block at a time); TBM_ERR_IO. */
+int tbm_cache_hold(struct tbm_cache *c, uint64_t off, size_t len, struct tbm_source_piece *pieces,
+                   size_t max, size_t *n);
+
+void tbm_cache_release(struct tbm_cache *c, struct tbm_source_piece *pieces, size_t n);
 
 /* The source changed: every block is dropped and every read from now on
  * fails with TBM_ERR_IO. Safe from a fetch callback. */

@@ -592,6 +592,22 @@ static void hints_fetch(struct http *h)
             hint_end(h, &t[k], CURLE_RECV_ERROR);
 }
 
+/* The index of the first range of the store that ends past off (nstore
+ * when none does). */
+static size_t store_after(const struct http *h, uint64_t off)
+{
+    size_t lo = 0, hi = h->nstore;
+
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (h->store[mid].off + h->store[mid].len <= off)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
 /* Copies what the store holds of the len bytes at off into buf: the bytes
  * from off to the end of the fetched range holding off, or 0 bytes and in
  * *next where the next range starts (UINT64_MAX when none does). */
@@ -603,14 +619,7 @@ static size_t from_store(struct http *h, void *buf, size_t len, uint64_t off, ui
     pthread_mutex_lock(&h->hint_lock);
     if (h->nhints)
         hints_fetch(h);
-    size_t lo = 0, hi = h->nstore;
-    while (lo < hi) { /* the first range ending past off */
-        size_t mid = lo + (hi - lo) / 2;
-        if (h->store[mid].off + h->store[mid].len <= off)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
+    size_t lo = store_after(h, off);
     struct range *r = lo < h->nstore ? &h->store[lo] : NULL;
     if (r && r->data && off >= r->off) {
         n = r->len - (size_t)(off - r->off) < len ? r->len - (size_t)(off - r->off) : len;
@@ -667,6 +676,49 @@ static int http_read(struct tbm_source *src, void *buf, size_t len, uint64_t off
     return 0;
 }
 
+/* Whether the hinted ranges, waiting or fetched, may hold any of the len
+ * bytes at off: the next read fetches those waiting, and serves what they
+ * brought. */
+static bool in_store(struct http *h, uint64_t off, size_t len)
+{
+    bool in;
+
+    pthread_mutex_lock(&h->hint_lock);
+    in = h->nhints > 0;
+    for (size_t i = store_after(h, off); i < h->nstore && !in && h->store[i].off < off + len; i++)
+        in = h->store[i].data != NULL;
+    pthread_mutex_unlock(&h->hint_lock);
+    return in;
+}
+
+/* Only the cache's blocks are held: the tail and the hinted ranges are
+ * headers and the index, copied (and a store of hinted ranges is replaced
+ * by the next fetch of hints). */
+static int http_hold(struct tbm_source *src, uint64_t off, size_t len,
+                     struct tbm_source_piece *pieces, size_t max, size_t *n)
+{
+    struct http *h = (struct http *)src;
+
+    *n = 0;
+    if (has_changed(h))
+        return TBM_ERR_IO;
+    if (off + len > h->tail_off || in_store(h, off, len))
+        return 0;
+    int r = tbm_cache_hold(h->cache, off, len, pieces, max, n);
+    /* as http_read: nothing is served once a response showed the change */
+    if (r > 0 && has_changed(h)) {
+        tbm_cache_release(h->cache, pieces, *n);
+        *n = 0;
+        return TBM_ERR_IO;
+    }
+    return r;
+}
+
+static void http_release(struct tbm_source *src, struct tbm_source_piece *pieces, size_t n)
+{
+    tbm_cache_release(((struct http *)src)->cache, pieces, n);
+}
+
 static int http_identify(struct tbm_source *src, struct tbm_source_id *out)
 {
     struct http *h = (struct http *)src;
@@ -705,6 +757,8 @@ static const struct tbm_source_ops http_ops = {
     .identify = http_identify,
     .close = http_close,
     .prefetch = http_prefetch,
+    .hold = http_hold,
+    .release = http_release,
 };
 
 bool tbm_source_is_url(const char *name)

@@ -61,6 +61,32 @@ int tbm_source_read_full(struct tbm_source *src, void *buf, size_t len, uint64_t
     return r < 0 ? r : got == len ? 0 : TBM_ERR_IO;
 }
 
+int tbm_source_hold(struct tbm_source *src, uint64_t off, size_t len, struct tbm_source_hold *h)
+{
+    h->src = src;
+    h->n = 0;
+    if (!src->ops->hold)
+        return 0;
+    int r = src->ops->hold(src, off, len, h->piece, TBM_SOURCE_PIECES, &h->n);
+    if (r == 0 || (r < 0 && r != TBM_ERR_IO))
+        return r;
+    /* as for a read: bytes of a file found changed are not served, and a
+     * failure because it changed is said as such */
+    int v = tbm_source_verify(src);
+    if (r < 0 || v < 0) {
+        tbm_source_release(h);
+        return v < 0 ? v : r;
+    }
+    return 1;
+}
+
+void tbm_source_release(struct tbm_source_hold *h)
+{
+    if (h->n)
+        h->src->ops->release(h->src, h->piece, h->n);
+    h->n = 0;
+}
+
 int tbm_source_size_now(struct tbm_source *src, uint64_t *size)
 {
     struct tbm_source_id id;

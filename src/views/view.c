@@ -459,6 +459,29 @@ int tbm_view_locate(const struct tbm_views *v, const struct tbm_view *view, size
     return still_inside(src, out);
 }
 
+int tbm_view_hold(const struct tbm_views *v, const struct tbm_view *view, size_t t, uint64_t off,
+                  size_t len, struct tbm_source_hold *h)
+{
+    uint64_t skip;
+
+    h->n = 0;
+    if (view->bytes != TBM_BYTES_SOURCE || view->locate)
+        return 0;
+    if (!tbm_view_servable(v, view, t))
+        return TBM_ERR_BROKEN;
+    const struct tbm_region *r = region_of(v, view, t, &skip);
+    if (!r || off < skip || off - skip >= r->len || len == 0)
+        return 0;
+    off -= skip;
+    size_t n = r->len - off < len ? (size_t)(r->len - off) : len;
+    return tbm_source_hold(v->model->tensors[t].src, r->off + off, n, h);
+}
+
+void tbm_view_release(struct tbm_source_hold *h)
+{
+    tbm_source_release(h);
+}
+
 void tbm_copy_range(char *buf, uint64_t off, size_t len, const char *src, size_t srclen,
                     size_t *got)
 {

@@ -202,6 +202,55 @@ def reads(suite, nginx, root):
         suite.case("http reads: daemon alive", lambda: check(m.alive(), "daemon gone"))
 
 
+def held_blocks(suite, nginx, root):
+    """Replies come straight from the cache's blocks, each held until written; a reply that
+    spans two blocks holds both. Through a cache of two slots, 8 readers of such ranges at
+    once would each hold one block and wait for a second for ever, unless a reader that would
+    wait lets go and copies instead."""
+    _, expects = models.write_container(gen, os.path.join(root, "held.tbm"), medium_tensors()[:3])
+    files = [(os.path.join(e.dir.decode(), "raw.tb"), e.raw) for e in expects]
+    with Mount(suite, nginx.url("held.tbm"), ["-o", "cache_size=2M"]) as m:
+        suite.case("http held: mount with a cache of two blocks",
+                   lambda: eq(m.start(), 0, "exit (%s)" % m.err.strip()))
+
+        def spanning():
+            stop = time.monotonic() + 5
+            results = []
+
+            def reader(k):
+                rnd = random.Random(200 + k)
+                buf = mmap.mmap(-1, 1 << 20)
+                done = 0
+                try:
+                    while time.monotonic() < stop:
+                        rel, want = rnd.choice(files)
+                        fd = os.open(m.p("tensors", rel), os.O_RDONLY | os.O_DIRECT)
+                        try:
+                            off = rnd.randrange(0, len(want) // 4096) * 4096
+                            n = os.preadv(fd, [buf], off)
+                        finally:
+                            os.close(fd)
+                        eq(buf[:n], want[off:off + (1 << 20)], "%s [%d, +1 MiB)" % (rel, off))
+                        done += n
+                    results.append((k, done, None))
+                except Exception as ex:  # reported by the case below
+                    results.append((k, done, ex))
+
+            threads = [threading.Thread(target=reader, args=(k,), daemon=True) for k in range(8)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join(max(0, stop + 10 - time.monotonic()))
+            eq(len(results), 8, "readers that finished (the others wait for ever)")
+            for k, done, ex in results:
+                check(ex is None, "reader %d: %s" % (k, ex))
+                check(done > 0, "reader %d verified nothing" % k)
+
+        suite.case("http held: 8 readers of 1 MiB O_DIRECT reads across blocks, 5 s",
+                   spanning, timeout=30)
+        suite.case("http held: daemon alive", lambda: check(m.alive(), "daemon gone"))
+
+
 def refusals(suite, nginx, root, proxy):
     path = os.path.join(root, "small.tbm")
     models.write_container(gen, path, medium_tensors()[-1:])
@@ -435,6 +484,7 @@ def main(suite):
             httpserve.Proxy(nginx.port) as proxy:
         tree_and_dense(suite, nginx, root)
         reads(suite, nginx, root)
+        held_blocks(suite, nginx, root)
         refusals(suite, nginx, root, proxy)
         faults(suite, nginx, root, proxy)
         changed(suite, nginx, root)
