@@ -7,7 +7,7 @@ packages=(
     gcc pkg-config meson ninja-build
     libfuse3-dev fuse3 libjson-c-dev libopenblas-dev libcmocka-dev zlib1g-dev
     libcurl4-openssl-dev nginx
-    python3 python3-numpy python3-pil
+    python3 python3-numpy python3-pil python3-torch
     clang libclang-rt-14-dev attr
 )
 
