@@ -2,43 +2,59 @@
  * statistics of a tensor's dense expansion, per-range kept counts, block
  * images of the self-test matrix, and an uncompressed PNG encoder. No I/O.
  *
- * The statistics take two passes over the tensor, both streaming in bounded
- * memory: tbm_stats_scan (counts, min, max, sums) and then tbm_stats_hist
- * (histogram, squared deviations from the mean). Two, because an exact
- * histogram needs min and max before the first value is binned; the second
- * pass also gives a two-pass variance, sum((x - mean)^2), which unlike
- * sum(x^2) - n mean^2 loses nothing to cancellation when |mean| >> std.
- * (fp16 and bf16 would allow one exact pass, counting each of the 65536 bit
- * patterns; fp32 and fp64 would not, so one scheme serves all four.)
- *
  * Values are those of the dense expansion, float32 as tbm_expand gives them
  * (an fp64 beyond float range is an infinity there, and so here). Only kept
  * elements enter the statistics other than count.
  *
- * Bit-exact paths: the portable C path defines every result, and the AVX2
- * and AVX-512 paths match it bit for bit. Counts, min and max are integers
- * (or orders) and cannot differ; the sums are laid out so that every path
- * does the same IEEE operations in the same order: element i of the stream
- * (i counted from the first element given to the accumulator) goes to lane
- * i % TBM_STATS_LANES, each lane adds its values in order to a plain double
- * partial sum, and after every TBM_STATS_LANES * TBM_STATS_BLOCK elements of
- * the stream each lane's partial sum is added to the lane's compensated sum
- * (hi, lo) with Knuth's TwoSum, which is exact. At the end the lanes are
- * combined in lane order, again with TwoSum. An excluded element (pruned,
- * not finite) adds +0.0 to its lane. Squares x * x of float32 values are
- * exact in double; no path uses FMA (the build is ISO C, -ffp-contract=off).
- * The results therefore do not depend on how the caller cuts the stream
- * into chunks either.
+ * fp16 and bf16: one pass. An fp16 or bf16 value has one of 65536 bit
+ * patterns, so tbm_stats_scan only counts the patterns of the kept elements
+ * into a table, and everything stats.json shows follows from the table at
+ * the end: counts, min and max, the exact histogram (the edges need min and
+ * max, which a stream knows only at its end), sums and the two-pass
+ * variance. The table's counts are integers, so every path gives the same
+ * table whatever the chunks, and the one finishing code gives the same bits.
+ * Sums (tbm_stats_finish): exact, in a 384-bit integer of units 2^-149
+ * (every float32 is a whole number of them), then rounded once to the
+ * nearest double, so |S' - S| <= 2^-53 |S| even where +-65504 or +-3.4e38
+ * cancel; mean and abs_mean are the exact sums rounded, divided by the
+ * count and rounded again (within 2^-52 of the true ones, relative). The
+ * variance sum c (x - mean)^2 / n over the patterns (count c, value x) has
+ * positive terms each within 3 roundings (the difference, the square, the
+ * product with c), added in value order to a compensated sum (TwoSum, each
+ * error kept in a second double: Ogita, Rump and Oishi's Sum2) of N <= 2^17
+ * terms, which adds 2^-53 + N^2 2^-106; the mean's error e adds e^2 / var
+ * (the first-order terms cancel). So var is within about 2^-50 var, std
+ * within half that.
  *
- * Error bound of each sum S = sum x_i (n terms): the plain partial sums of
- * at most TBM_STATS_BLOCK terms contribute at most (TBM_STATS_BLOCK - 1) u
- * sum |x_i| with u = 2^-53, the compensated part u |S| + O(n u^2) sum |x_i|:
+ * fp32 and fp64: two passes, as they have too many patterns for a table.
+ * Both stream in bounded memory: tbm_stats_scan (counts, min, max, sums)
+ * and then tbm_stats_hist (histogram, squared deviations from the mean).
+ * Two, because an exact histogram needs min and max before the first value
+ * is binned; the second pass also gives a two-pass variance, sum((x -
+ * mean)^2), which unlike sum(x^2) - n mean^2 loses nothing to cancellation
+ * when |mean| >> std. Bit-exact paths: the portable C path defines every
+ * result, and the AVX2 and AVX-512 paths match it bit for bit. Counts, min
+ * and max are integers (or orders) and cannot differ; the sums are laid out
+ * so that every path does the same IEEE operations in the same order:
+ * element i of the stream (i counted from the first element given to the
+ * accumulator) goes to lane i % TBM_STATS_LANES, each lane adds its values
+ * in order to a plain double partial sum, and after every TBM_STATS_LANES *
+ * TBM_STATS_BLOCK elements of the stream each lane's partial sum is added
+ * to the lane's compensated sum (hi, lo) with Knuth's TwoSum, which is
+ * exact. At the end the lanes are combined in lane order, again with
+ * TwoSum. An excluded element (pruned, not finite) adds +0.0 to its lane.
+ * Squares x * x of float32 values are exact in double; no path uses FMA
+ * (the build is ISO C, -ffp-contract=off). The results therefore do not
+ * depend on how the caller cuts the stream into chunks either.
+ *
+ * Error bound of each of these sums S = sum x_i (n terms): the plain
+ * partial sums of at most TBM_STATS_BLOCK terms contribute at most
+ * (TBM_STATS_BLOCK - 1) u sum |x_i| with u = 2^-53, the compensated part u
+ * |S| + O(n u^2) sum |x_i|:
  *     |S' - S| <= 2^-45 sum |x_i| + 2^-53 |S|   (to first order, n < 2^50).
  * mean and abs_mean add one rounding of the division; var = sum (x - mean)^2
  * / n is within about 2^-44 var (each squared term carries the rounding of
- * x - mean and of the square), std = sqrt(var) within half that. (fp16
- * values are multiples of 2^-24 below 2^16, so their partial sums are even
- * exact.) */
+ * x - mean and of the square), std = sqrt(var) within half that. */
 #ifndef TBM_STATS_H
 #define TBM_STATS_H
 
@@ -59,10 +75,20 @@ struct tbm_stats_sum {
     double lo[TBM_STATS_LANES];
 };
 
+/* Counters of the pattern table: pattern p's count is folded[p] plus
+ * ways[TBM_STATS_WAYS * p + w] for every w. Successive kept elements go to
+ * successive ways, so that a run of equal values (zeros, say) increments
+ * TBM_STATS_WAYS counters in turn rather than wait on one; the 32-bit ways
+ * are added into folded before any could overflow. */
+#define TBM_STATS_PATTERNS 65536
+#define TBM_STATS_WAYS     2
+
 /* Pass 1. min_key and max_key are order keys (see tbm_stats_key) of the
  * smallest and largest finite kept value; INT32_MAX and INT32_MIN while
- * there is none. */
+ * there is none. For fp16 and bf16 only seen and the table move: the other
+ * counters stay 0 and tbm_stats_finish takes them from the table. */
 struct tbm_stats_acc {
+    enum tbm_precision prec;
     uint64_t seen;   /* elements scanned, kept or not */
     uint64_t kept;   /* elements the mask keeps */
     uint64_t zeros;  /* kept +0.0 or -0.0 */
@@ -73,6 +99,10 @@ struct tbm_stats_acc {
     int32_t max_key;
     struct tbm_stats_sum sum;     /* of the finite kept values */
     struct tbm_stats_sum abs_sum; /* of their absolute values */
+    /* fp16 and bf16 (NULL otherwise): the kept elements' bit patterns */
+    uint32_t *ways;    /* TBM_STATS_PATTERNS * TBM_STATS_WAYS */
+    uint64_t *folded;  /* TBM_STATS_PATTERNS */
+    uint64_t unfolded; /* counted into ways since they were last folded */
 };
 
 /* Pass 2, set up from a finished pass 1 by tbm_stats_hist_init. */
@@ -110,16 +140,25 @@ static inline int32_t tbm_stats_key(uint32_t bits)
     return (int32_t)(bits ^ ((uint32_t)((int32_t)bits >> 31) & 0x7FFFFFFF));
 }
 
-void tbm_stats_init(struct tbm_stats_acc *a);
+/* Starts the statistics of a tensor of precision prec. Returns 0, or -1
+ * when out of memory (then nothing needs freeing); the table of fp16 and
+ * bf16 takes 1 MiB. */
+int tbm_stats_init(struct tbm_stats_acc *a, enum tbm_precision prec);
+void tbm_stats_free(struct tbm_stats_acc *a);
+
+/* Whether prec needs pass 2 (fp32 and fp64), or pass 1 gives everything. */
+bool tbm_stats_two_pass(enum tbm_precision prec);
 
 /* Pass 1 over count consecutive elements of the tensor, continuing the
- * stream of a. weights and mask start at a group boundary and count is a
- * multiple of m unless the range ends the tensor, as for tbm_mask_count;
- * mask NULL keeps every element (m is then ignored), else m is 1..32. */
+ * stream of a (prec is a's). weights and mask start at a group boundary and
+ * count is a multiple of m unless the range ends the tensor, as for
+ * tbm_mask_count; mask NULL keeps every element (m is then ignored), else m
+ * is 1..32. */
 void tbm_stats_scan(enum tbm_isa isa, enum tbm_precision prec, const void *weights,
                     const uint8_t *mask, uint32_t m, uint64_t count, struct tbm_stats_acc *a);
 
-/* Sets up pass 2 from the whole of pass 1: edges, keys, mean. */
+/* Sets up pass 2 from the whole of pass 1: edges, keys, mean (fp32 and
+ * fp64 only, as the two pass-2 functions). */
 void tbm_stats_hist_init(struct tbm_stats_hist *h, const struct tbm_stats_acc *a);
 
 /* Pass 2 over the same elements, in the same order and the same chunks or
@@ -128,9 +167,10 @@ void tbm_stats_hist_init(struct tbm_stats_hist *h, const struct tbm_stats_acc *a
 void tbm_stats_hist(enum tbm_isa isa, enum tbm_precision prec, const void *weights,
                     const uint8_t *mask, uint32_t m, uint64_t count, struct tbm_stats_hist *h);
 
-/* The results of both passes. (When min == max, -0.0 == +0.0 included, pass
- * 2 has put every value in the last bin, as the contract says: every edge
- * is then min.) */
+/* The results: of both passes, or of pass 1 alone (h NULL) when a's
+ * precision does not need pass 2. (When min == max, -0.0 == +0.0 included,
+ * every value is in the last bin, as the contract says: every edge is then
+ * min.) */
 void tbm_stats_finish(const struct tbm_stats_acc *a, const struct tbm_stats_hist *h,
                       struct tbm_stats_result *r);
 

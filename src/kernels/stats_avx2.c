@@ -1,6 +1,7 @@
 /* Statistics on AVX2 + F16C: 16 float32 per step as two 8-lane vectors,
  * their doubles in four 4-lane vectors, exclusions as all-ones lanes;
- * histogram bins from an estimate corrected against gathered edge keys. */
+ * histogram bins from an estimate corrected against gathered edge keys (the
+ * fp16 and bf16 table is counted by the loops of stats_simd.h). */
 #include <immintrin.h>
 
 #include "stats_internal.h"
@@ -219,6 +220,12 @@ void tbm_stats_hist_avx2(enum tbm_precision prec, const void *weights, const uin
                          uint32_t m, uint64_t count, struct tbm_stats_hist *h)
 {
     stats_hist_simd(prec, weights, mask, m, count, h);
+}
+
+void tbm_stats_count_avx2(const void *weights, const uint8_t *mask, uint32_t m, uint64_t count,
+                          struct tbm_stats_acc *a)
+{
+    stats_count_simd(weights, mask, m, count, a);
 }
 
 uint64_t tbm_mask_kept_avx2(const uint8_t *mask, uint32_t m, uint64_t first, uint64_t count)

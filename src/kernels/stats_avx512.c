@@ -1,6 +1,7 @@
 /* Statistics on AVX-512: 16 float32 per vector, their doubles in two 8-lane
  * vectors, exclusions as opmasks; histogram bins from an estimate corrected
- * against the edge keys by two permutes. */
+ * against the edge keys by two permutes (the fp16 and bf16 table is counted
+ * by the loops of stats_simd.h). */
 #include <immintrin.h>
 
 #include "stats_internal.h"
@@ -199,6 +200,12 @@ void tbm_stats_hist_avx512(enum tbm_precision prec, const void *weights, const u
                            uint32_t m, uint64_t count, struct tbm_stats_hist *h)
 {
     stats_hist_simd(prec, weights, mask, m, count, h);
+}
+
+void tbm_stats_count_avx512(const void *weights, const uint8_t *mask, uint32_t m, uint64_t count,
+                            struct tbm_stats_acc *a)
+{
+    stats_count_simd(weights, mask, m, count, a);
 }
 
 uint64_t tbm_mask_kept_avx512(const uint8_t *mask, uint32_t m, uint64_t first, uint64_t count)

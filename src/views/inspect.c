@@ -92,6 +92,8 @@ static void add_rows(const struct tbm_views *v, const struct stream *s, uint64_t
     }
 }
 
+/* Pass 1, with the row densities; for fp32 and fp64, pass 2 over the
+ * tensor again (see include/tbm/stats.h). */
 static int compute_stats(const struct tbm_views *v, const struct tbm_tensor *t, struct stats_doc *d)
 {
     struct stream s;
@@ -99,11 +101,15 @@ static int compute_stats(const struct tbm_views *v, const struct tbm_tensor *t, 
     struct tbm_stats_hist hist;
     uint64_t nw = t->hdr.num_weights, rows, cols, row_kept = 0;
     enum tbm_precision prec = t->hdr.precision;
+    bool two_pass = tbm_stats_two_pass(prec);
     uint32_t m = t->hdr.nm_m;
     int r = stream_init(&s, t);
 
+    if (r < 0 || tbm_stats_init(&acc, prec) < 0) {
+        stream_free(&s);
+        return TBM_ERR_NOMEM;
+    }
     tbm_matrix_dims(t, &rows, &cols);
-    tbm_stats_init(&acc);
     for (uint64_t i = 0; r == 0 && i < nw; i += s.step) {
         uint64_t n = nw - i < s.step ? nw - i : s.step;
         if ((r = stream_read(&s, i, n)) == 0) {
@@ -112,15 +118,16 @@ static int compute_stats(const struct tbm_views *v, const struct tbm_tensor *t, 
                 add_rows(v, &s, i, n, cols, &row_kept, d);
         }
     }
-    if (r == 0)
+    if (r == 0 && two_pass)
         tbm_stats_hist_init(&hist, &acc);
-    for (uint64_t i = 0; r == 0 && i < nw; i += s.step) {
+    for (uint64_t i = 0; r == 0 && two_pass && i < nw; i += s.step) {
         uint64_t n = nw - i < s.step ? nw - i : s.step;
         if ((r = stream_read(&s, i, n)) == 0)
             tbm_stats_hist(v->model->isa, prec, s.weights, s.mask, m, n, &hist);
     }
     if (r == 0)
-        tbm_stats_finish(&acc, &hist, &d->r);
+        tbm_stats_finish(&acc, two_pass ? &hist : NULL, &d->r);
+    tbm_stats_free(&acc);
     stream_free(&s);
     return r;
 }
