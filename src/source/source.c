@@ -87,6 +87,14 @@ void tbm_source_release(struct tbm_source_hold *h)
     h->n = 0;
 }
 
+bool tbm_source_probe(struct tbm_source *src, uint64_t off, size_t len,
+                      bool (*look)(const unsigned char *bytes, void *arg), void *arg)
+{
+    if (!src->ops->probe || !src->ops->probe(src, off, len, look, arg))
+        return false;
+    return tbm_source_verify(src) == 0;
+}
+
 int tbm_source_size_now(struct tbm_source *src, uint64_t *size)
 {
     struct tbm_source_id id;
