@@ -1,5 +1,6 @@
 /* The local-file source: a container, a bare blob or one manifest file, read
- * with pread; its descriptor is what the FUSE layer splices from. */
+ * with pread; its descriptor is what the FUSE layer splices from, and its
+ * page cache, mapped, what a probe looks at in place. */
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
