@@ -61,8 +61,8 @@ void tbm_expand(enum tbm_isa isa, enum tbm_precision prec, const void *weights, 
  * element index first (all their bytes: -0.0 and NaN become +0.0), leaving
  * kept ones as they are: the stored precision with the mask applied. weights,
  * mask and m are as for tbm_expand (mask not NULL). Returns whether any pruned
- * element had a bit set, that is whether the bytes changed; bytes of elements
- * that need no change are not written. */
+ * element had a bit set, that is whether the bytes changed; a vector of
+ * elements none of which needs a change is not written. */
 bool tbm_mask_apply(enum tbm_isa isa, enum tbm_precision prec, void *weights, const uint8_t *mask,
                     uint32_t m, uint64_t first, size_t count);
 

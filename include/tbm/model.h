@@ -18,7 +18,7 @@ struct tbm_model;
 
 /* How far an open has come, for a progress line shown by another thread:
  * tensors is 0 until the index has been read and split, then its entry count;
- * loaded counts the entries validated (their headers read) so far. */
+ * loaded counts the entries taken up (each then has its header read) so far. */
 struct tbm_open_progress {
     atomic_size_t tensors;
     atomic_size_t loaded;

@@ -133,18 +133,22 @@ void tbm_source_detach(struct tbm_source *src, int (*reopen)(void *ctx, const ch
 }
 
 /* A look over a mapping of the file faults (SIGBUS) where the file was cut
- * short under it: the thread that looked jumps back out; any other SIGBUS
- * is not ours and gets the default action when its access runs again. */
+ * short under it: the thread that looked jumps back out. Any other SIGBUS
+ * (another address, or one sent) is not ours: it gets the default action,
+ * as it would have without this handler. */
 static __thread sigjmp_buf *probe_jump;
+static __thread const unsigned char *probe_from, *probe_to;
 static pthread_once_t sigbus_once = PTHREAD_ONCE_INIT;
 
 static void on_sigbus(int sig, siginfo_t *info, void *ctx)
 {
-    (void)info;
+    const unsigned char *at = info->si_addr;
+
     (void)ctx;
-    if (probe_jump)
+    if (probe_jump && info->si_code == BUS_ADRERR && at >= probe_from && at < probe_to)
         siglongjmp(*probe_jump, 1);
     signal(sig, SIG_DFL);
+    raise(sig);
 }
 
 static void catch_sigbus(void)
@@ -155,37 +159,39 @@ static void catch_sigbus(void)
     sigaction(SIGBUS, &sa, NULL);
 }
 
-/* The whole file mapped read-only, once; NULL when it cannot be. Its pages
- * are the page cache's: mapping takes no memory of its own. */
+/* The whole file mapped read-only, once; NULL when it cannot be (tried
+ * once: MAP_FAILED is kept). Its pages are the page cache's: mapping takes
+ * no memory of its own. */
 static unsigned char *mapping(struct tbm_source *src)
 {
     void *map = atomic_load(&src->map), *none = NULL;
 
     if (map || src->fd < 0 || src->id.size == 0 || src->id.size > SIZE_MAX)
-        return map;
+        return map == MAP_FAILED ? NULL : map;
     map = mmap(NULL, (size_t)src->id.size, PROT_READ, MAP_SHARED, src->fd, 0);
-    if (map == MAP_FAILED)
-        return NULL;
     if (!atomic_compare_exchange_strong(&src->map, &none, map)) {
-        munmap(map, (size_t)src->id.size);
-        return none;
+        if (map != MAP_FAILED)
+            munmap(map, (size_t)src->id.size);
+        map = none;
     }
-    return map;
+    return map == MAP_FAILED ? NULL : map;
 }
 
 /* Bytes probed between two drops of the mapping's page tables. */
 #define PROBE_MAPPED_MAX (16u << 20)
 
-/* look(bytes, arg), or false when it faulted: nothing but the answer lives
- * across the jump. */
+/* look(bytes, arg), or false when it faulted on the pages [from, to) it
+ * looks at: nothing but the answer lives across the jump. */
 static bool guarded(bool (*look)(const unsigned char *bytes, void *arg), const unsigned char *bytes,
-                    void *arg)
+                    void *arg, const unsigned char *from, const unsigned char *to)
 {
     volatile bool yes = false;
     sigjmp_buf jump;
 
     pthread_once(&sigbus_once, catch_sigbus);
     if (sigsetjmp(jump, 1) == 0) {
+        probe_from = from;
+        probe_to = to;
         probe_jump = &jump;
         yes = look(bytes, arg);
     }
@@ -206,7 +212,7 @@ static bool file_probe(struct tbm_source *src, uint64_t off, size_t len,
      * read makes; a file cut short since fails here, with no SIGBUS */
     if (madvise(map + first, end - first, MADV_POPULATE_READ) != 0 && errno != EINVAL)
         return false;
-    bool yes = guarded(look, map + off, arg);
+    bool yes = guarded(look, map + off, arg, map + first, map + end);
     /* Now and then the page tables go (the page cache stays), so that the
      * daemon's RSS does not grow with the model; not after every probe: each
      * drop interrupts every other CPU to flush its TLB. Another thread still
@@ -222,7 +228,7 @@ static void file_close(struct tbm_source *src)
 {
     void *map = atomic_load(&src->map);
 
-    if (map)
+    if (map && map != MAP_FAILED)
         munmap(map, (size_t)src->id.size);
     if (src->fd >= 0)
         close(src->fd);

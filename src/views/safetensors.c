@@ -226,7 +226,7 @@ cleanup:
     if (st) {
         free(st->pieces);
         free(st->head);
-        free(st->clean);
+        free((void *)st->clean);
         free(st);
     }
     return r;
@@ -370,6 +370,7 @@ struct sweep {
     uint64_t off, end; /* the read */
     uint64_t granule;  /* the one being swept */
     bool changed;      /* whether a byte of it so far needed masking */
+    bool any;          /* whether a byte of the read did, in any granule */
 };
 
 static void sweep_finish(struct sweep *sw)
@@ -392,6 +393,7 @@ static void sweep_note(struct sweep *sw, uint64_t pos, bool changed)
         sw->changed = false;
     }
     sw->changed |= changed;
+    sw->any |= changed;
 }
 
 /* Masks (when write; else looks at) bytes [b0, b0 + len) of tensor t's
@@ -482,6 +484,7 @@ struct probe {
     const struct tbm_tensor *t;
     uint64_t in, off; /* tensor bytes [in, in + len) lie at file offset off */
     size_t len;
+    struct scratch *s; /* got before the look: no allocation under its guard */
 };
 
 static bool look_clean(const unsigned char *bytes, void *arg)
@@ -489,14 +492,14 @@ static bool look_clean(const unsigned char *bytes, void *arg)
     const struct probe *p = arg;
     struct sweep sw = {
         .st = p->st, .off = p->off, .end = p->off + p->len, .granule = p->off / GRANULE};
-    struct scratch *s = thread_scratch();
 
     /* only read: the mapping is read-only, and write is false */
-    if (!s || mask_steps(p->isa, p->t, s, (char *)(uintptr_t)bytes, p->in, p->len, p->off, &sw,
-                         false) < 0)
+    if (mask_steps(p->isa, p->t, p->s, (char *)(uintptr_t)bytes, p->in, p->len, p->off, &sw,
+                   false) < 0)
         return false;
     sweep_finish(&sw);
-    return !sw.changed && found(p->st, p->off, p->len) != GRANULE_DIRTY;
+    /* any granule, the ones the range only partly covers too (never recorded) */
+    return !sw.any;
 }
 
 /* Whether masking leaves [off, off + len), inside the data of tensor t from
@@ -510,8 +513,14 @@ static bool splice_clean(const struct tbm_views *v, const struct tbm_tensor *t, 
 
     if (k != GRANULE_UNKNOWN)
         return k == GRANULE_CLEAN;
-    struct probe p = {.isa = v->model->isa, .st = st, .t = t, .in = in, .off = off, .len = len};
-    return tbm_source_probe(t->src, t->weights.off + in, len, look_clean, &p);
+    struct probe p = {.isa = v->model->isa,
+                      .st = st,
+                      .t = t,
+                      .in = in,
+                      .off = off,
+                      .len = len,
+                      .s = thread_scratch()};
+    return p.s && tbm_source_probe(t->src, t->weights.off + in, len, look_clean, &p);
 }
 
 int tbm_safetensors_locate(const struct tbm_views *v, size_t t, uint64_t off, size_t len,

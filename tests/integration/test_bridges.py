@@ -9,6 +9,7 @@ tensors.json's fields; stat sizes equal the bytes of all three."""
 
 import json
 import math
+import mmap
 import os
 import random
 import struct
@@ -299,6 +300,46 @@ def spliced_when_stored(suite):
                    "%s: read %d spliced" % (key, k + 1))
 
 
+def partial_dirty_granule(suite):
+    """A read that starts inside a 64 KiB granule whose bytes masking changes, and runs on
+    into granules it leaves as stored: the range is computed (the change in the partly
+    covered granule counts), never spliced unmasked."""
+    granule = 65536
+    mk = gen.make_tensor
+    tensors = [mk("one.dirty", [1024, 1024], "bf16", (2, 4), 63)]
+    cont = gen.container(tensors, "llama")
+    ex = models.container_expects(cont, tensors)[0]
+    src = os.path.join(suite.tmp, "partial.tbm")
+    gen.write_file(src, cont.data)
+    m = harness.Mount(suite, src)
+    with m:
+        eq(m.start(), 0, "mount")
+        _, head, start = parse_safetensors(read_all(m.p("model.safetensors")))
+    start += head["one.dirty"]["data_offsets"][0]
+    keep = keep_bits(ex.mask, ex.h["nm_m"], ex.h["num_weights"], mask_layout(ex.h))
+    g = (start // granule + 2) * granule
+    # a pruned element 8 KiB into granule g, stored as bf16 1.0
+    i = next(k for k in range((g + 8192 - start) // 2, ex.h["num_weights"]) if not keep[k])
+    data = bytearray(cont.data)
+    woff = bytes(data).find(ex.weights)
+    check(woff > 0, "weights found in the source")
+    struct.pack_into("<H", data, woff + 2 * i, 0x3F80)
+    gen.write_file(src, bytes(data))
+    want = native_bytes(ex)
+    m = harness.Mount(suite, src)
+    with m:
+        eq(m.start(), 0, "mount")
+        fd = os.open(m.p("model.safetensors"), os.O_RDONLY | os.O_DIRECT)
+        try:
+            buf = mmap.mmap(-1, 192 << 10)
+            n = os.preadv(fd, [buf], g + 4096)
+        finally:
+            os.close(fd)
+        eq(n, 192 << 10, "bytes read")
+        off = g + 4096 - start
+        eq(buf[:n], want[off:off + n], "the read from inside the changed granule")
+
+
 def main(suite):
     global gen
     gen = harness.load_gen()
@@ -354,6 +395,8 @@ def main(suite):
         suite.case("empty model: a header alone, an empty tensors.json", empty)
     suite.case("model.safetensors: ranges masking leaves as stored are spliced, others computed",
                lambda: spliced_when_stored(suite), timeout=120)
+    suite.case("model.safetensors: a read from inside a granule masking changes is computed",
+               lambda: partial_dirty_granule(suite), timeout=120)
     suite.case("100,000 tiny tensors: header and time to first byte", lambda: many(suite),
                timeout=600)
 

@@ -714,15 +714,19 @@ static void test_apply_single_bit(void **state)
     skip_unless_supported(isa);
     for (size_t p = 0; p < 4; p++) {
         size_t es = tbm_precision_size(precs[p]), n = 256;
-        uint8_t w[256 * 8], mask[64];
+        uint8_t w[256 * 8], mask[65];
 
-        memset(mask, 0x5, sizeof mask); /* 1:4 ... elements 0 and 2 of each 4 kept */
-        for (size_t bit = 0; bit < n * es * 8; bit += 7) {
-            memset(w, 0, sizeof w);
-            w[bit / 8] = (uint8_t)(1u << (bit % 8));
-            bool pruned = (bit / 8 / es) % 2 == 1;
-            assert_int_equal(tbm_mask_apply(isa, precs[p], w, mask, 4, 0, n), pruned);
-            assert_int_equal(w[bit / 8], pruned ? 0 : 1u << (bit % 8));
+        memset(mask, 0x5, sizeof mask); /* m = 4: elements 0 and 2 of each group kept */
+        for (uint64_t first = 0; first < 4; first++) {
+            for (size_t bit = 0; bit < n * es * 8; bit += 7) {
+                memset(w, 0, sizeof w);
+                w[bit / 8] = (uint8_t)(1u << (bit % 8));
+                bool pruned = (first + bit / 8 / es) % 2 == 1;
+                assert_int_equal(tbm_mask_changes(isa, precs[p], w, mask, 4, first, n), pruned);
+                assert_int_equal(w[bit / 8], 1u << (bit % 8));
+                assert_int_equal(tbm_mask_apply(isa, precs[p], w, mask, 4, first, n), pruned);
+                assert_int_equal(w[bit / 8], pruned ? 0 : 1u << (bit % 8));
+            }
         }
     }
 }
