@@ -57,7 +57,7 @@ def write_many(path, count=1000):
 
 def write_spread(path, count=1000, nw=300000):
     """count dense fp32 tensors 1.2 MB apart, written sparse: every header in a block of its
-    own, and statistics read nothing (dense)."""
+    own."""
     stride = 4096 + 4 * nw
     entries = []
     with open(path, "wb") as f:
@@ -171,7 +171,8 @@ def main():
     print("  mount of that 320 MiB model         %6.3f s, %d requests"
           % (med["mount_big"], med["req_mount_big"]))
     print("  mount of 1,000 2:4 tensors, 13 MB   %6.3f s  (goal < 1 s), %d requests "
-          "(statistics read every mask and weight)" % (med["mount"], med["req_mount"]))
+          "(the index and the headers: statistics wait until needed)"
+          % (med["mount"], med["req_mount"]))
     print("  ls -R of it                         %6.3f s, %d requests"
           % (med["ls"], med["req_ls"]))
     print("  mount of 1,000 dense tensors 1.2 MB apart, 1.2 GB  %6.3f s, %d requests, "
