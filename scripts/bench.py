@@ -257,10 +257,26 @@ def change_check(source, name, runs):
             with Mount(source, args) as on, Mount(source, args, UNCHECKED) as off:
                 for _ in range(4):
                     for checked in order:
-                        path = (on if checked else off).p(rel)
+                        m = on if checked else off
+                        cpu = daemon_cpu(m.pid)
+                        secs, size = dd(m.p(rel), direct=True)
                         samples.setdefault((label, "direct", checked), []).append(
-                            rate(path, direct=True))
+                            gbps(size, secs))
+                        samples.setdefault((label, "cpu", checked), []).append(
+                            (daemon_cpu(m.pid) - cpu) / size * (1 << 30))
     return {key: statistics.median(v) for key, v in samples.items()}
+
+
+def daemon_cpu(pid):
+    """Seconds the daemon's threads have run on a CPU (schedstat: nanoseconds, not ticks)."""
+    total = 0
+    for tid in os.listdir("/proc/%d/task" % pid):
+        try:
+            with open("/proc/%d/task/%s/schedstat" % (pid, tid)) as f:
+                total += int(f.read().split()[0])
+        except FileNotFoundError:  # a thread gone since the listing
+            pass
+    return total / 1e9
 
 
 def fstat_seconds(path, n=200000):
@@ -289,6 +305,9 @@ def print_change_check(got, runs, source):
             print("   %-62s %8.2f %8.2f %6.1f%%" % ("%s, %s" % (label, {
                 "first": "first read", "direct": "O_DIRECT"}[how]), on, off,
                 100 * (1 - on / off)))
+        on, off = got[(label, "cpu", True)], got[(label, "cpu", False)]
+        print("   %-62s %8.1f %8.1f %6.1f%%" % ("%s, daemon CPU ms per GiB (O_DIRECT)" % label,
+                                             on * 1e3, off * 1e3, 100 * (on / off - 1)))
     # The check is one fstat per read of the source, so one per raw request and two per dense
     # one (weights, then mask): their cost against a 512 KiB request's time at the fastest
     # rate above, which throughput alone cannot resolve on a noisy machine.

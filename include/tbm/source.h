@@ -168,9 +168,6 @@ static inline void tbm_source_prefetch(struct tbm_source *src, uint64_t off, siz
         src->ops->prefetch(src, off, len);
 }
 
-/* The size of the source now: TBM_ERR_IO when it cannot be known. */
-int tbm_source_size_now(struct tbm_source *src, uint64_t *size);
-
 void tbm_source_close(struct tbm_source *src);
 
 #endif

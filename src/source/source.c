@@ -95,15 +95,6 @@ bool tbm_source_probe(struct tbm_source *src, uint64_t off, size_t len,
     return tbm_source_verify(src) == 0;
 }
 
-int tbm_source_size_now(struct tbm_source *src, uint64_t *size)
-{
-    struct tbm_source_id id;
-    int r = src->ops->identify(src, &id);
-
-    *size = r < 0 ? 0 : id.size;
-    return r;
-}
-
 void tbm_source_close(struct tbm_source *src)
 {
     if (src)
