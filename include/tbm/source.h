@@ -107,6 +107,16 @@ void tbm_source_detach(struct tbm_source *src, int (*reopen)(void *ctx, const ch
  * after the read, so that bytes of a rewrite in progress are not served). */
 int tbm_source_read_full(struct tbm_source *src, void *buf, size_t len, uint64_t off);
 
+/* Reads of one request, checked once at its end rather than after each:
+ * between tbm_source_batch_begin and tbm_source_batch_end on a thread, a
+ * tbm_source_read_full does not check the change, and the end checks every
+ * source read since the beginning once. Bytes read in a batch may be used
+ * only for the reply that the end's answer decides: nothing kept. end
+ * returns status, or TBM_ERR_CHANGED (or the check's failure) when a source
+ * read changed. */
+void tbm_source_batch_begin(void);
+int tbm_source_batch_end(int status);
+
 /* Holds the len bytes at off (inside the source) where they are in memory,
  * so that they can be handed to the kernel without a copy: 1 with h filled
  * (let it go with tbm_source_release), 0 when the source cannot (read them

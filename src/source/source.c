@@ -47,6 +47,52 @@ bool tbm_source_take_report(struct tbm_source *src, char *buf, size_t len)
     return true;
 }
 
+/* The sources a request has read on this thread; past BATCH_MAX of them,
+ * reads are checked one by one as outside a batch. One check per request:
+ * a dense view reads weights and mask in several steps, and each fstat was
+ * a few per cent of a request. */
+#define BATCH_MAX 8
+
+static __thread struct {
+    bool on;
+    size_t n;
+    struct tbm_source *src[BATCH_MAX];
+} batch;
+
+void tbm_source_batch_begin(void)
+{
+    batch.on = true;
+    batch.n = 0;
+}
+
+int tbm_source_batch_end(int status)
+{
+    int r = status;
+
+    batch.on = false;
+    for (size_t i = 0; i < batch.n; i++) {
+        int v = tbm_source_verify(batch.src[i]);
+        if (v == TBM_ERR_CHANGED || (v < 0 && r >= 0))
+            r = v;
+    }
+    batch.n = 0;
+    return r;
+}
+
+/* Whether a read of src is checked at the batch's end. */
+static bool batched(struct tbm_source *src)
+{
+    if (!batch.on)
+        return false;
+    for (size_t i = 0; i < batch.n; i++)
+        if (batch.src[i] == src)
+            return true;
+    if (batch.n == BATCH_MAX)
+        return false;
+    batch.src[batch.n++] = src;
+    return true;
+}
+
 int tbm_source_read_full(struct tbm_source *src, void *buf, size_t len, uint64_t off)
 {
     size_t got;
@@ -54,6 +100,8 @@ int tbm_source_read_full(struct tbm_source *src, void *buf, size_t len, uint64_t
 
     if (r < 0 && r != TBM_ERR_IO)
         return r;
+    if (batched(src))
+        return r < 0 ? r : got == len ? 0 : TBM_ERR_IO;
     /* a short read because the file shrank is the change, said as such */
     int v = tbm_source_verify(src);
     if (v == TBM_ERR_CHANGED)

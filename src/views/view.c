@@ -398,15 +398,25 @@ int tbm_view_read(const struct tbm_views *v, const struct tbm_view *view, size_t
     uint64_t skip;
     char *doc;
     size_t doclen;
+    int r;
 
     *got = 0;
     if (!tbm_view_servable(v, view, t))
         return TBM_ERR_BROKEN;
-    if (view->read)
-        return view->read(v, t, buf, off, len, got);
-    if (view->bytes == TBM_BYTES_SOURCE)
-        return read_region(&v->model->tensors[t], region_of(v, view, t, &skip), buf, off, len, got);
-    int r = tbm_view_render(v, view, t, &doc, &doclen);
+    /* Computed and source bytes serve this reply alone: the change is
+     * checked once, after all of them are read. Rendered ones may be kept
+     * for the mount, so each of their reads is checked as it is made. */
+    if (view->read || view->bytes == TBM_BYTES_SOURCE) {
+        tbm_source_batch_begin();
+        r = view->read ? view->read(v, t, buf, off, len, got)
+                       : read_region(&v->model->tensors[t], region_of(v, view, t, &skip), buf, off,
+                                     len, got);
+        r = tbm_source_batch_end(r);
+        if (r < 0)
+            *got = 0;
+        return r;
+    }
+    r = tbm_view_render(v, view, t, &doc, &doclen);
     if (r < 0)
         return r;
     tbm_copy_range(buf, off, len, doc, doclen, got);
