@@ -308,15 +308,15 @@ def print_change_check(got, runs, source):
         on, off = got[(label, "cpu", True)], got[(label, "cpu", False)]
         print("   %-62s %8.1f %8.1f %6.1f%%" % ("%s, daemon CPU ms per GiB (O_DIRECT)" % label,
                                              on * 1e3, off * 1e3, 100 * (on / off - 1)))
-    # The check is one fstat per read of the source, so one per raw request and two per dense
-    # one (weights, then mask): their cost against a 512 KiB request's time at the fastest
-    # rate above, which throughput alone cannot resolve on a noisy machine.
+    # The check is one fstat per request, after its last read of the source (or before its
+    # splice): its cost against a 512 KiB request's time at the fastest rate above, which
+    # throughput alone cannot resolve on a noisy machine.
     per = fstat_seconds(source)
     fastest = max(got.values())
     request = 524288 / (fastest * 1e9)
-    print("   one fstat (the check): %.2f us; a 512 KiB request at %.2f GB/s: %.0f us; two "
-          "checks' share of it: %.2f%%" % (per * 1e6, fastest, request * 1e6,
-                                           200 * per / request))
+    print("   one fstat (the check): %.2f us; a 512 KiB request at %.2f GB/s: %.0f us; the "
+          "check's share of it: %.2f%%" % (per * 1e6, fastest, request * 1e6,
+                                           100 * per / request))
 
 
 def drop_caches():
