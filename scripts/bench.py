@@ -235,9 +235,9 @@ def mount_and_find(source, runs):
 
 
 UNCHECKED = {"TBMFS_NO_CHANGE_CHECK": "1"}
-CHECK_READS = (("dense.f32 (computed; checked after each read)", "dense.f32", []),
+CHECK_READS = (("dense.f32 (computed; checked after its reads)", "dense.f32", []),
                ("raw.tb (spliced; checked before each splice)", "raw.tb", []),
-               ("raw.tb -o nosplice (checked after each read)", "raw.tb",
+               ("raw.tb -o nosplice (checked after its read)", "raw.tb",
                 ["-o", "nosplice"]))
 
 
