@@ -127,10 +127,10 @@ int tbm_source_hold(struct tbm_source *src, uint64_t off, size_t len, struct tbm
 void tbm_source_release(struct tbm_source_hold *h);
 
 /* Whether look, run over the len bytes at off where they lie in memory
- * (never copied), says yes, and the source is still the file it was. false
- * when it says no, or the source cannot be probed so: read the bytes then.
- * look may be cut short (the file truncated under it) and then counts as
- * no. For a cheap look at bytes that will then be spliced. */
+ * (never copied), says yes; false when it says no, or the source cannot be
+ * probed so: read the bytes then. look may be cut short (the file truncated
+ * under it) and then counts as no. For a cheap look at bytes that will then
+ * be spliced; the caller checks the change (before the splice). */
 bool tbm_source_probe(struct tbm_source *src, uint64_t off, size_t len,
                       bool (*look)(const unsigned char *bytes, void *arg), void *arg);
 

@@ -138,9 +138,7 @@ void tbm_source_release(struct tbm_source_hold *h)
 bool tbm_source_probe(struct tbm_source *src, uint64_t off, size_t len,
                       bool (*look)(const unsigned char *bytes, void *arg), void *arg)
 {
-    if (!src->ops->probe || !src->ops->probe(src, off, len, look, arg))
-        return false;
-    return tbm_source_verify(src) == 0;
+    return src->ops->probe && src->ops->probe(src, off, len, look, arg);
 }
 
 void tbm_source_close(struct tbm_source *src)

@@ -15,8 +15,7 @@
 
 /* Granule of the record of which bytes need no masking: each FUSE request
  * (128 KiB to 1 MiB, aligned) covers whole granules. Its bytes bound one
- * masking step, hence the per-thread mask scratch (at least 2 bytes per
- * element). */
+ * masking step. */
 #define GRANULE (64u * 1024u)
 
 enum { GRANULE_UNKNOWN, GRANULE_CLEAN, GRANULE_DIRTY };
@@ -280,10 +279,13 @@ static void make_key(void)
     pthread_key_create(&mask_key, free);
 }
 
-/* The mask words of one step: GRANULE bytes hold at most GRANULE / 2
- * elements, and m = 1 needs one byte per element. */
+/* Tensor bytes whose mask is read at once: a whole request's, up to 512 KiB. */
+#define WINDOW (8 * GRANULE)
+
+/* The mask words of one window: WINDOW bytes hold at most WINDOW / 2
+ * elements (and two cut at its ends), and m = 1 needs one byte per element. */
 struct scratch {
-    uint8_t mask[GRANULE / 2 + 8];
+    uint8_t mask[WINDOW / 2 + 8];
 };
 
 /* Each FUSE worker keeps one scratch: reads allocate nothing. */
@@ -334,29 +336,25 @@ static bool clear_cut(const struct tbm_tensor *t, const uint8_t *mask, uint64_t 
 }
 
 /* Zeroes (when write) the pruned elements among tensor bytes [b0, b1) of
- * t, which buf holds (at most GRANULE of them; only read unless write).
- * Returns 1 when a byte changed (or would), 0 when none did, or an error. */
-static int mask_step(enum tbm_isa isa, const struct tbm_tensor *t, struct scratch *s, char *buf,
-                     uint64_t b0, uint64_t b1, bool write)
+ * t, which buf holds (only read unless write), with mask holding the words
+ * from group g0 on. Returns whether a byte changed (or would). */
+static bool mask_step(enum tbm_isa isa, const struct tbm_tensor *t, const uint8_t *mask,
+                      uint64_t g0, char *buf, uint64_t b0, uint64_t b1, bool write)
 {
     uint32_t m = t->hdr.nm_m, wb = tbm_mask_word_bytes(m);
     size_t es = tbm_precision_size(t->hdr.precision);
     uint64_t first = b0 / es, end = (b1 + es - 1) / es;
-    uint64_t g0 = first / m, g1 = (end - 1) / m;
     bool changed = false;
 
-    int r = tbm_mask_read(t, g0, g1 - g0 + 1, s->mask);
-    if (r < 0)
-        return r;
     /* only the first and last elements can be cut by the step's ends */
     uint64_t lo = first + (first * es < b0), hi = end - (end * es > b1 && end - 1 >= lo);
     if (lo > first)
-        changed |= clear_cut(t, s->mask, g0, buf, b0, b1, first, write);
+        changed |= clear_cut(t, mask, g0, buf, b0, b1, first, write);
     if (hi < end)
-        changed |= clear_cut(t, s->mask, g0, buf, b0, b1, end - 1, write);
+        changed |= clear_cut(t, mask, g0, buf, b0, b1, end - 1, write);
     if (lo < hi) {
         char *w = buf + (lo * es - b0);
-        const uint8_t *mk = s->mask + (lo / m - g0) * wb;
+        const uint8_t *mk = mask + (lo / m - g0) * wb;
         changed |= write ? tbm_mask_apply(isa, t->hdr.precision, w, mk, m, lo, (size_t)(hi - lo))
                          : tbm_mask_changes(isa, t->hdr.precision, w, mk, m, lo, (size_t)(hi - lo));
     }
@@ -402,15 +400,21 @@ static void sweep_note(struct sweep *sw, uint64_t pos, bool changed)
 static int mask_steps(enum tbm_isa isa, const struct tbm_tensor *t, struct scratch *s, char *buf,
                       uint64_t b0, size_t len, uint64_t pos, struct sweep *sw, bool write)
 {
-    for (uint64_t b = b0; b < b0 + len;) {
-        uint64_t e = b + (GRANULE - (pos + (b - b0)) % GRANULE);
+    size_t es = tbm_precision_size(t->hdr.precision);
+    uint32_t m = t->hdr.nm_m;
 
-        e = e < b0 + len ? e : b0 + len;
-        int r = mask_step(isa, t, s, buf + (b - b0), b, e, write);
+    for (uint64_t w0 = b0, w1; w0 < b0 + len; w0 = w1) {
+        w1 = b0 + len - w0 < WINDOW ? b0 + len : w0 + WINDOW;
+        uint64_t g0 = w0 / es / m, g1 = ((w1 + es - 1) / es - 1) / m;
+        int r = tbm_mask_read(t, g0, g1 - g0 + 1, s->mask);
         if (r < 0)
             return r;
-        sweep_note(sw, pos + (b - b0), r == 1);
-        b = e;
+        for (uint64_t b = w0, e; b < w1; b = e) {
+            e = b + (GRANULE - (pos + (b - b0)) % GRANULE);
+            e = e < w1 ? e : w1;
+            sweep_note(sw, pos + (b - b0),
+                       mask_step(isa, t, s->mask, g0, buf + (b - b0), b, e, write));
+        }
     }
     return 0;
 }
@@ -520,7 +524,10 @@ static bool splice_clean(const struct tbm_views *v, const struct tbm_tensor *t, 
                       .off = off,
                       .len = len,
                       .s = thread_scratch()};
-    return p.s && tbm_source_probe(t->src, t->weights.off + in, len, look_clean, &p);
+    /* the look reads the mask in steps: the change is checked once, after */
+    tbm_source_batch_begin();
+    bool clean = p.s && tbm_source_probe(t->src, t->weights.off + in, len, look_clean, &p);
+    return tbm_source_batch_end(0) == 0 && clean;
 }
 
 int tbm_safetensors_locate(const struct tbm_views *v, size_t t, uint64_t off, size_t len,

@@ -76,7 +76,7 @@ static void test_probe_sees_the_bytes(void **state)
 
 /* In a process of its own, without cmocka, whose handlers of SIGBUS would
  * stand in for the source's: exits 0 when the probe said false and the
- * next one too (the file changed), 1 otherwise; SIGBUS kills it. */
+ * next one too (its pages gone), 1 otherwise; SIGBUS kills it. */
 static int cut_short(void)
 {
     char path[] = "/tmp/tbm-probe-XXXXXX";
