@@ -2,7 +2,6 @@
  * applied, computed per request by the expansion kernels, never materialized. */
 #include "internal.h"
 
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,28 +20,13 @@ struct scratch {
     char npy[NPY_MAX]; /* the .npy header, rendered where it is needed */
 };
 
-static pthread_key_t scratch_key;
-static pthread_once_t scratch_once = PTHREAD_ONCE_INIT;
-
-static void make_key(void)
-{
-    pthread_key_create(&scratch_key, free);
-}
-
 /* FUSE serves reads from a small pool of threads; each keeps its own scratch
  * for its lifetime so that reads share nothing and allocate nothing. */
+static struct tbm_thread_scratch scratch = TBM_THREAD_SCRATCH_INIT;
+
 static struct scratch *thread_scratch(void)
 {
-    pthread_once(&scratch_once, make_key);
-    struct scratch *s = pthread_getspecific(scratch_key);
-    if (!s) {
-        s = malloc(sizeof(*s));
-        if (s && pthread_setspecific(scratch_key, s) != 0) {
-            free(s);
-            s = NULL;
-        }
-    }
-    return s;
+    return tbm_thread_scratch(&scratch, sizeof(struct scratch));
 }
 
 bool tbm_dense_servable(const struct tbm_views *v, size_t i)

@@ -3,6 +3,7 @@
 #ifndef TBM_VIEWS_INTERNAL_H
 #define TBM_VIEWS_INTERNAL_H
 
+#include <pthread.h>
 #include <stdatomic.h>
 
 #include "format/table.h"
@@ -70,6 +71,23 @@ struct tbm_view {
     bool evictable; /* shared, and rendering again gives the same bytes: may be
                      * dropped when the cache is full */
 };
+
+/* A buffer of one size kept per thread for the thread's life: each FUSE
+ * worker has its own, so reads share nothing and allocate nothing after the
+ * first. One struct per kind of buffer, TBM_THREAD_SCRATCH_INIT. */
+struct tbm_thread_scratch {
+    pthread_mutex_t lock;
+    atomic_bool made; /* key created */
+    pthread_key_t key;
+};
+#define TBM_THREAD_SCRATCH_INIT                                                                    \
+    {                                                                                              \
+        PTHREAD_MUTEX_INITIALIZER, false, 0                                                        \
+    }
+
+/* The calling thread's buffer of ts (size bytes, the same at every call),
+ * or NULL when out of memory. */
+void *tbm_thread_scratch(struct tbm_thread_scratch *ts, size_t size);
 
 /* Copies the part of [src, src + srclen) at off into buf. */
 void tbm_copy_range(char *buf, uint64_t off, size_t len, const char *src, size_t srclen,

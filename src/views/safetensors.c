@@ -8,7 +8,6 @@
 
 #include <json-c/json.h>
 #include <json-c/printbuf.h>
-#include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -271,14 +270,6 @@ static bool as_stored(const struct tbm_tensor *t)
     return t->hdr.nm_m == 0 || !t->mask_usable;
 }
 
-static pthread_key_t mask_key;
-static pthread_once_t mask_once = PTHREAD_ONCE_INIT;
-
-static void make_key(void)
-{
-    pthread_key_create(&mask_key, free);
-}
-
 /* Tensor bytes whose mask is read at once: a whole request's, up to 512 KiB. */
 #define WINDOW (8 * GRANULE)
 
@@ -289,18 +280,11 @@ struct scratch {
 };
 
 /* Each FUSE worker keeps one scratch: reads allocate nothing. */
+static struct tbm_thread_scratch scratch = TBM_THREAD_SCRATCH_INIT;
+
 static struct scratch *thread_scratch(void)
 {
-    pthread_once(&mask_once, make_key);
-    struct scratch *s = pthread_getspecific(mask_key);
-    if (!s) {
-        s = malloc(sizeof(*s));
-        if (s && pthread_setspecific(mask_key, s) != 0) {
-            free(s);
-            s = NULL;
-        }
-    }
-    return s;
+    return tbm_thread_scratch(&scratch, sizeof(struct scratch));
 }
 
 static uint32_t load_word(const uint8_t *p, uint32_t wb)

@@ -491,6 +491,24 @@ void tbm_view_release(struct tbm_source_hold *h)
     tbm_source_release(h);
 }
 
+void *tbm_thread_scratch(struct tbm_thread_scratch *ts, size_t size)
+{
+    if (!atomic_load_explicit(&ts->made, memory_order_acquire)) {
+        pthread_mutex_lock(&ts->lock);
+        if (!atomic_load(&ts->made) && pthread_key_create(&ts->key, free) == 0)
+            atomic_store_explicit(&ts->made, true, memory_order_release);
+        pthread_mutex_unlock(&ts->lock);
+        if (!atomic_load(&ts->made))
+            return NULL;
+    }
+    void *p = pthread_getspecific(ts->key);
+    if (!p && (p = malloc(size)) && pthread_setspecific(ts->key, p) != 0) {
+        free(p);
+        p = NULL;
+    }
+    return p;
+}
+
 void tbm_copy_range(char *buf, uint64_t off, size_t len, const char *src, size_t srclen,
                     size_t *got)
 {
