@@ -66,11 +66,6 @@ void tbm_expand(enum tbm_isa isa, enum tbm_precision prec, const void *weights, 
 bool tbm_mask_apply(enum tbm_isa isa, enum tbm_precision prec, void *weights, const uint8_t *mask,
                     uint32_t m, uint64_t first, size_t count);
 
-/* Whether tbm_mask_apply would change a byte of those elements; reads only
- * (weights may be read-only memory, a mapping of the source). */
-bool tbm_mask_changes(enum tbm_isa isa, enum tbm_precision prec, const void *weights,
-                      const uint8_t *mask, uint32_t m, uint64_t first, size_t count);
-
 /* Counters that header.json reports. */
 struct tbm_mask_stats {
     uint64_t kept;           /* elements whose mask bit is set */

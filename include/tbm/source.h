@@ -61,11 +61,6 @@ struct tbm_source_ops {
     int (*hold)(struct tbm_source *src, uint64_t off, size_t len, struct tbm_source_piece *pieces,
                 size_t max, size_t *n);
     void (*release)(struct tbm_source *src, struct tbm_source_piece *pieces, size_t n);
-    /* Optional: look's answer over the len bytes at off (inside the source)
-     * read where they lie, with no copy (a local file's page cache, mapped);
-     * false when they cannot be reached so. NULL for a remote source. */
-    bool (*probe)(struct tbm_source *src, uint64_t off, size_t len,
-                  bool (*look)(const unsigned char *bytes, void *arg), void *arg);
 };
 
 struct tbm_source {
@@ -81,8 +76,6 @@ struct tbm_source {
     /* set by tbm_source_detach: the file is opened only while read */
     int (*reopen)(void *ctx, const char *name);
     void *reopen_ctx;
-    _Atomic(void *) map;  /* a local file mapped whole for probe, once first probed */
-    atomic_size_t mapped; /* bytes probed since its page tables were last dropped */
 };
 
 /* Opens the regular file at path (relative to dirfd, or AT_FDCWD) for
@@ -125,14 +118,6 @@ int tbm_source_batch_end(int status);
 int tbm_source_hold(struct tbm_source *src, uint64_t off, size_t len, struct tbm_source_hold *h);
 
 void tbm_source_release(struct tbm_source_hold *h);
-
-/* Whether look, run over the len bytes at off where they lie in memory
- * (never copied), says yes; false when it says no, or the source cannot be
- * probed so: read the bytes then. look may be cut short (the file truncated
- * under it) and then counts as no. For a cheap look at bytes that will then
- * be spliced; the caller checks the change (before the splice). */
-bool tbm_source_probe(struct tbm_source *src, uint64_t off, size_t len,
-                      bool (*look)(const unsigned char *bytes, void *arg), void *arg);
 
 /* 0 while the source is the file it was when opened (device, inode, size,
  * mtime; for HTTP length and validator), else TBM_ERR_CHANGED, from

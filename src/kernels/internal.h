@@ -23,14 +23,12 @@ void tbm_expand_avx2(enum tbm_precision prec, const void *weights, const uint8_t
 void tbm_expand_avx512(enum tbm_precision prec, const void *weights, const uint8_t *mask,
                        uint32_t m, uint64_t first, size_t count, float *out);
 
-/* tbm_mask_apply's bodies; with write false they only say whether a byte
- * would change (tbm_mask_changes) and never write weights. */
 bool tbm_mask_apply_scalar(enum tbm_precision prec, void *weights, const uint8_t *mask, uint32_t m,
-                           uint64_t first, size_t count, bool write);
+                           uint64_t first, size_t count);
 bool tbm_mask_apply_avx2(enum tbm_precision prec, void *weights, const uint8_t *mask, uint32_t m,
-                         uint64_t first, size_t count, bool write);
+                         uint64_t first, size_t count);
 bool tbm_mask_apply_avx512(enum tbm_precision prec, void *weights, const uint8_t *mask, uint32_t m,
-                           uint64_t first, size_t count, bool write);
+                           uint64_t first, size_t count);
 
 void tbm_mask_count_scalar(enum tbm_precision prec, const void *weights, const uint8_t *mask,
                            uint32_t n, uint32_t m, uint64_t count, struct tbm_mask_stats *acc);
@@ -222,12 +220,11 @@ static inline uint64_t tbm_mask_block_bits(uint32_t m, const uint8_t *mask)
     return tbm_load64(mask);
 }
 
-/* Zeroes (when write) the elements among count (< 64) at w of size es whose
- * bit in bits is clear and whose bytes are not all zero; returns whether
- * there was one. The tails of tbm_mask_apply on every level: count
- * elements, no more, are read and written. */
-static inline bool tbm_clear_pruned_bits(uint8_t *w, size_t es, uint64_t bits, size_t count,
-                                         bool write)
+/* Zeroes the elements among count (< 64) at w of size es whose bit in bits
+ * is clear and whose bytes are not all zero; returns whether there was one.
+ * The tails of tbm_mask_apply on every level: count elements, no more, are
+ * read and written. */
+static inline bool tbm_clear_pruned_bits(uint8_t *w, size_t es, uint64_t bits, size_t count)
 {
     bool changed = false;
 
@@ -238,8 +235,7 @@ static inline bool tbm_clear_pruned_bits(uint8_t *w, size_t es, uint64_t bits, s
             continue;
         memcpy(&x, w, es);
         if (x != 0) {
-            if (write)
-                memset(w, 0, es);
+            memset(w, 0, es);
             changed = true;
         }
     }

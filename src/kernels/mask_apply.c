@@ -4,7 +4,7 @@
 #include "internal.h"
 
 bool tbm_mask_apply_scalar(enum tbm_precision prec, void *weights, const uint8_t *mask, uint32_t m,
-                           uint64_t first, size_t count, bool write)
+                           uint64_t first, size_t count)
 {
     uint8_t *w = weights;
     size_t es = tbm_precision_size(prec);
@@ -13,7 +13,7 @@ bool tbm_mask_apply_scalar(enum tbm_precision prec, void *weights, const uint8_t
     bool changed = false;
 
     for (size_t k = 0; k < count; k++, w += es) {
-        changed |= tbm_clear_pruned_bits(w, es, mask[j / 8] >> (j % 8) & 1, 1, write);
+        changed |= tbm_clear_pruned_bits(w, es, mask[j / 8] >> (j % 8) & 1, 1);
         if (++j == m) {
             j = 0;
             mask += word_bytes;
@@ -22,29 +22,16 @@ bool tbm_mask_apply_scalar(enum tbm_precision prec, void *weights, const uint8_t
     return changed;
 }
 
-static bool dispatch(enum tbm_isa isa, enum tbm_precision prec, void *weights, const uint8_t *mask,
-                     uint32_t m, uint64_t first, size_t count, bool write)
-{
-    switch (isa) {
-    case TBM_ISA_AVX512:
-        return tbm_mask_apply_avx512(prec, weights, mask, m, first, count, write);
-    case TBM_ISA_AVX2:
-        return tbm_mask_apply_avx2(prec, weights, mask, m, first, count, write);
-    case TBM_ISA_SCALAR:
-        break;
-    }
-    return tbm_mask_apply_scalar(prec, weights, mask, m, first, count, write);
-}
-
 bool tbm_mask_apply(enum tbm_isa isa, enum tbm_precision prec, void *weights, const uint8_t *mask,
                     uint32_t m, uint64_t first, size_t count)
 {
-    return dispatch(isa, prec, weights, mask, m, first, count, true);
-}
-
-/* The bodies write nothing when write is false: weights stays unmodified. */
-bool tbm_mask_changes(enum tbm_isa isa, enum tbm_precision prec, const void *weights,
-                      const uint8_t *mask, uint32_t m, uint64_t first, size_t count)
-{
-    return dispatch(isa, prec, (void *)(uintptr_t)weights, mask, m, first, count, false);
+    switch (isa) {
+    case TBM_ISA_AVX512:
+        return tbm_mask_apply_avx512(prec, weights, mask, m, first, count);
+    case TBM_ISA_AVX2:
+        return tbm_mask_apply_avx2(prec, weights, mask, m, first, count);
+    case TBM_ISA_SCALAR:
+        break;
+    }
+    return tbm_mask_apply_scalar(prec, weights, mask, m, first, count);
 }

@@ -1,10 +1,9 @@
 /* The loops of tbm_mask_apply's SIMD paths, written once and compiled in each
  * path's own file, under its -m flags.
  *
- * That file defines clear64(es, w, bits, write): zeroes (when write), among
- * the 64 elements of size es at w, those whose bit in bits is clear and
- * whose bytes are not all zero, writes nothing else, and returns whether
- * there was one. Then it
+ * That file defines clear64(es, w, bits): zeroes, among the 64 elements of
+ * size es at w, those whose bit in bits is clear and whose bytes are not all
+ * zero, writes nothing else, and returns whether there was one. Then it
  * includes this file, which defines mask_apply_simd. */
 #ifndef TBM_KERNELS_MASK_APPLY_SIMD_H
 #define TBM_KERNELS_MASK_APPLY_SIMD_H
@@ -22,15 +21,14 @@ TBM_INLINE uint64_t take_bits(struct tbm_mask_stream *s, size_t n)
 }
 
 /* count elements whose bits come from s, 64 at a time. */
-TBM_INLINE bool apply_stream(size_t es, uint8_t *w, struct tbm_mask_stream *s, size_t count,
-                             bool write)
+TBM_INLINE bool apply_stream(size_t es, uint8_t *w, struct tbm_mask_stream *s, size_t count)
 {
     bool changed = false;
 
     for (; count >= 64; count -= 64, w += 64 * es)
-        changed |= clear64(es, w, take_bits(s, 64), write);
+        changed |= clear64(es, w, take_bits(s, 64));
     if (count != 0)
-        changed |= tbm_clear_pruned_bits(w, es, take_bits(s, count), count, write);
+        changed |= tbm_clear_pruned_bits(w, es, take_bits(s, count), count);
     return changed;
 }
 
@@ -38,7 +36,7 @@ TBM_INLINE bool apply_stream(size_t es, uint8_t *w, struct tbm_mask_stream *s, s
  * reached a group boundary, 64-element blocks take their bits straight from
  * the mask words, as in expand_simd.h. */
 TBM_INLINE bool apply(size_t es, uint8_t *w, const uint8_t *mask, uint32_t m, uint64_t first,
-                      size_t count, bool write)
+                      size_t count)
 {
     uint32_t j = (uint32_t)(first % m);
     struct tbm_mask_stream s;
@@ -52,38 +50,28 @@ TBM_INLINE bool apply(size_t es, uint8_t *w, const uint8_t *mask, uint32_t m, ui
         size_t head = (m - j) % m < count ? (m - j) % m : count;
         size_t blocks = (count - head) / 64;
 
-        changed |= apply_stream(es, w, &s, head, write);
+        changed |= apply_stream(es, w, &s, head);
         for (size_t b = 0; b < blocks; b++)
             changed |= clear64(es, w + (head + 64 * b) * es,
-                               tbm_mask_block_bits(m, s.next + b * tbm_mask_block_bytes(m)), write);
+                               tbm_mask_block_bits(m, s.next + b * tbm_mask_block_bytes(m)));
         s.next += blocks * tbm_mask_block_bytes(m);
         done = head + blocks * 64;
     }
-    return apply_stream(es, w + done * es, &s, count - done, write) | changed;
+    return apply_stream(es, w + done * es, &s, count - done) | changed;
 }
 
-/* One copy of the loops per element size, which is all the precision
- * decides. */
-TBM_INLINE bool apply_sized(enum tbm_precision prec, void *weights, const uint8_t *mask, uint32_t m,
-                            uint64_t first, size_t count, bool write)
+/* tbm_mask_apply on the including file's level: one copy of the loops per
+ * element size, which is all the precision decides. */
+TBM_INLINE bool mask_apply_simd(enum tbm_precision prec, void *weights, const uint8_t *mask,
+                                uint32_t m, uint64_t first, size_t count)
 {
     switch (tbm_element_size(prec)) {
     case 2:
-        return apply(2, weights, mask, m, first, count, write);
+        return apply(2, weights, mask, m, first, count);
     case 4:
-        return apply(4, weights, mask, m, first, count, write);
+        return apply(4, weights, mask, m, first, count);
     }
-    return apply(8, weights, mask, m, first, count, write);
-}
-
-/* tbm_mask_apply on the including file's level: one copy for writing and
- * one for looking only, so that neither tests write per vector. */
-TBM_INLINE bool mask_apply_simd(enum tbm_precision prec, void *weights, const uint8_t *mask,
-                                uint32_t m, uint64_t first, size_t count, bool write)
-{
-    if (write)
-        return apply_sized(prec, weights, mask, m, first, count, true);
-    return apply_sized(prec, weights, mask, m, first, count, false);
+    return apply(8, weights, mask, m, first, count);
 }
 
 #endif

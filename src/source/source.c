@@ -135,12 +135,6 @@ void tbm_source_release(struct tbm_source_hold *h)
     h->n = 0;
 }
 
-bool tbm_source_probe(struct tbm_source *src, uint64_t off, size_t len,
-                      bool (*look)(const unsigned char *bytes, void *arg), void *arg)
-{
-    return src->ops->probe && src->ops->probe(src, off, len, look, arg);
-}
-
 void tbm_source_close(struct tbm_source *src)
 {
     if (src)

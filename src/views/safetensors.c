@@ -17,8 +17,6 @@
  * masking step. */
 #define GRANULE (64u * 1024u)
 
-enum { GRANULE_UNKNOWN, GRANULE_CLEAN, GRANULE_DIRTY };
-
 /* A tensor's data in the file: [start, start + len), data in its precision. */
 struct piece {
     uint64_t start;
@@ -32,13 +30,12 @@ struct tbm_safetensors {
     struct piece *pieces; /* non-empty tensors, by start */
     size_t npieces;
     uint64_t size;
-    /* Per GRANULE of the file, what a read found of its bytes once it had
-     * seen them all: GRANULE_CLEAN when masking left them as stored (as the
-     * tools write them, pruned weights zeroed), so that later reads splice
-     * them from the source; GRANULE_DIRTY when masking changed one, so that
-     * later reads compute them without looking first. Set once: a source
-     * that changes is refused for the rest of the mount. */
-    _Atomic uint8_t *clean;
+    /* Per GRANULE of the file, set once a read that saw all its bytes found
+     * that masking left them as stored (as the tools write them, pruned
+     * weights zeroed), so that later reads splice them from the source.
+     * Never cleared: a source that changes is refused for the rest of the
+     * mount. */
+    atomic_bool *clean;
 };
 
 static const char *st_dtype(unsigned precision)
@@ -296,11 +293,11 @@ static uint32_t load_word(const uint8_t *p, uint32_t wb)
     return word;
 }
 
-/* Zeroes (when write), when element i is pruned, the bytes of it that buf
- * (tensor bytes [b0, b1)) holds: for the elements cut by either end of a
- * step. Returns whether that changed, or would change, a byte. */
+/* Zeroes, when element i is pruned, the bytes of it that buf (tensor bytes
+ * [b0, b1)) holds: for the elements cut by either end of a step. Returns
+ * whether that changed a byte. */
 static bool clear_cut(const struct tbm_tensor *t, const uint8_t *mask, uint64_t g0, char *buf,
-                      uint64_t b0, uint64_t b1, uint64_t i, bool write)
+                      uint64_t b0, uint64_t b1, uint64_t i)
 {
     uint32_t m = t->hdr.nm_m, wb = tbm_mask_word_bytes(m);
     size_t es = tbm_precision_size(t->hdr.precision);
@@ -313,17 +310,16 @@ static bool clear_cut(const struct tbm_tensor *t, const uint8_t *mask, uint64_t 
     e = e > b1 ? b1 : e;
     for (char *p = buf + (s - b0); p < buf + (e - b0); p++) {
         changed |= *p != 0;
-        if (write)
-            *p = 0;
+        *p = 0;
     }
     return changed;
 }
 
-/* Zeroes (when write) the pruned elements among tensor bytes [b0, b1) of
- * t, which buf holds (only read unless write), with mask holding the words
- * from group g0 on. Returns whether a byte changed (or would). */
+/* Zeroes the pruned elements among tensor bytes [b0, b1) of t, which buf
+ * holds, with mask holding the words from group g0 on. Returns whether a
+ * byte changed. */
 static bool mask_step(enum tbm_isa isa, const struct tbm_tensor *t, const uint8_t *mask,
-                      uint64_t g0, char *buf, uint64_t b0, uint64_t b1, bool write)
+                      uint64_t g0, char *buf, uint64_t b0, uint64_t b1)
 {
     uint32_t m = t->hdr.nm_m, wb = tbm_mask_word_bytes(m);
     size_t es = tbm_precision_size(t->hdr.precision);
@@ -333,15 +329,12 @@ static bool mask_step(enum tbm_isa isa, const struct tbm_tensor *t, const uint8_
     /* only the first and last elements can be cut by the step's ends */
     uint64_t lo = first + (first * es < b0), hi = end - (end * es > b1 && end - 1 >= lo);
     if (lo > first)
-        changed |= clear_cut(t, mask, g0, buf, b0, b1, first, write);
+        changed |= clear_cut(t, mask, g0, buf, b0, b1, first);
     if (hi < end)
-        changed |= clear_cut(t, mask, g0, buf, b0, b1, end - 1, write);
-    if (lo < hi) {
-        char *w = buf + (lo * es - b0);
-        const uint8_t *mk = mask + (lo / m - g0) * wb;
-        changed |= write ? tbm_mask_apply(isa, t->hdr.precision, w, mk, m, lo, (size_t)(hi - lo))
-                         : tbm_mask_changes(isa, t->hdr.precision, w, mk, m, lo, (size_t)(hi - lo));
-    }
+        changed |= clear_cut(t, mask, g0, buf, b0, b1, end - 1);
+    if (lo < hi)
+        changed |= tbm_mask_apply(isa, t->hdr.precision, buf + (lo * es - b0),
+                                  mask + (lo / m - g0) * wb, m, lo, (size_t)(hi - lo));
     return changed;
 }
 
@@ -352,7 +345,6 @@ struct sweep {
     uint64_t off, end; /* the read */
     uint64_t granule;  /* the one being swept */
     bool changed;      /* whether a byte of it so far needed masking */
-    bool any;          /* whether a byte of the read did, in any granule */
 };
 
 static void sweep_finish(struct sweep *sw)
@@ -361,9 +353,8 @@ static void sweep_finish(struct sweep *sw)
 
     if (g1 > sw->st->size)
         g1 = sw->st->size;
-    if (g0 >= sw->st->head_len && sw->off <= g0 && g1 <= sw->end)
-        atomic_store_explicit(&sw->st->clean[sw->granule],
-                              sw->changed ? GRANULE_DIRTY : GRANULE_CLEAN, memory_order_release);
+    if (!sw->changed && g0 >= sw->st->head_len && sw->off <= g0 && g1 <= sw->end)
+        atomic_store_explicit(&sw->st->clean[sw->granule], true, memory_order_release);
 }
 
 /* Notes the bytes at file offset pos, changed or not by masking. */
@@ -375,14 +366,13 @@ static void sweep_note(struct sweep *sw, uint64_t pos, bool changed)
         sw->changed = false;
     }
     sw->changed |= changed;
-    sw->any |= changed;
 }
 
-/* Masks (when write; else looks at) bytes [b0, b0 + len) of tensor t's
- * data, which buf holds and which lie at file offset pos, in steps that end
- * at granule boundaries, noting each in sw. */
+/* Masks bytes [b0, b0 + len) of tensor t's data, which buf holds and which
+ * lie at file offset pos, in steps that end at granule boundaries, noting
+ * each in sw. */
 static int mask_steps(enum tbm_isa isa, const struct tbm_tensor *t, struct scratch *s, char *buf,
-                      uint64_t b0, size_t len, uint64_t pos, struct sweep *sw, bool write)
+                      uint64_t b0, size_t len, uint64_t pos, struct sweep *sw)
 {
     size_t es = tbm_precision_size(t->hdr.precision);
     uint32_t m = t->hdr.nm_m;
@@ -396,8 +386,7 @@ static int mask_steps(enum tbm_isa isa, const struct tbm_tensor *t, struct scrat
         for (uint64_t b = w0, e; b < w1; b = e) {
             e = b + (GRANULE - (pos + (b - b0)) % GRANULE);
             e = e < w1 ? e : w1;
-            sweep_note(sw, pos + (b - b0),
-                       mask_step(isa, t, s->mask, g0, buf + (b - b0), b, e, write));
+            sweep_note(sw, pos + (b - b0), mask_step(isa, t, s->mask, g0, buf + (b - b0), b, e));
         }
     }
     return 0;
@@ -415,7 +404,7 @@ static int tensor_bytes(enum tbm_isa isa, const struct tbm_tensor *t, char *buf,
         return r;
     if (!(s = thread_scratch()))
         return TBM_ERR_NOMEM;
-    return mask_steps(isa, t, s, buf, b0, len, pos, sw, true);
+    return mask_steps(isa, t, s, buf, b0, len, pos, sw);
 }
 
 int tbm_safetensors_read(const struct tbm_views *v, size_t t, char *buf, uint64_t off, size_t len,
@@ -448,70 +437,17 @@ int tbm_safetensors_read(const struct tbm_views *v, size_t t, char *buf, uint64_
     return 0;
 }
 
-/* The granules [off, off + len) touches (len > 0): GRANULE_CLEAN when all
- * were found as stored, GRANULE_DIRTY when one was found changed by
- * masking, else GRANULE_UNKNOWN. */
-static int found(const struct tbm_safetensors *st, uint64_t off, size_t len)
+/* Whether masking leaves every granule [off, off + len) touches (len > 0)
+ * as stored, as an earlier read found. A range not read yet is computed
+ * rather than looked at first: on the machine measured, reading, masking and
+ * replying took less of the daemon's time than looking at the bytes in place
+ * and splicing them (scripts/bench_bridges.py, first read). */
+static bool found_clean(const struct tbm_safetensors *st, uint64_t off, size_t len)
 {
-    int all = GRANULE_CLEAN;
-
-    for (uint64_t g = off / GRANULE; g <= (off + len - 1) / GRANULE; g++) {
-        int k = atomic_load_explicit(&st->clean[g], memory_order_acquire);
-        if (k == GRANULE_DIRTY)
-            return k;
-        if (k == GRANULE_UNKNOWN)
-            all = k;
-    }
-    return all;
-}
-
-/* A look, in place, at bytes of a tensor about to be spliced. */
-struct probe {
-    enum tbm_isa isa;
-    const struct tbm_safetensors *st;
-    const struct tbm_tensor *t;
-    uint64_t in, off; /* tensor bytes [in, in + len) lie at file offset off */
-    size_t len;
-    struct scratch *s; /* got before the look: no allocation under its guard */
-};
-
-static bool look_clean(const unsigned char *bytes, void *arg)
-{
-    const struct probe *p = arg;
-    struct sweep sw = {
-        .st = p->st, .off = p->off, .end = p->off + p->len, .granule = p->off / GRANULE};
-
-    /* only read: the mapping is read-only, and write is false */
-    if (mask_steps(p->isa, p->t, p->s, (char *)(uintptr_t)bytes, p->in, p->len, p->off, &sw,
-                   false) < 0)
-        return false;
-    sweep_finish(&sw);
-    /* any granule, the ones the range only partly covers too (never recorded) */
-    return !sw.any;
-}
-
-/* Whether masking leaves [off, off + len), inside the data of tensor t from
- * its byte in, as stored: known from an earlier read, else looked at where
- * the bytes lie (no copy: cheaper than the read that would follow). */
-static bool splice_clean(const struct tbm_views *v, const struct tbm_tensor *t, uint64_t in,
-                         uint64_t off, size_t len)
-{
-    const struct tbm_safetensors *st = v->safetensors;
-    int k = found(st, off, len);
-
-    if (k != GRANULE_UNKNOWN)
-        return k == GRANULE_CLEAN;
-    struct probe p = {.isa = v->model->isa,
-                      .st = st,
-                      .t = t,
-                      .in = in,
-                      .off = off,
-                      .len = len,
-                      .s = thread_scratch()};
-    /* the look reads the mask in steps: the change is checked once, after */
-    tbm_source_batch_begin();
-    bool clean = p.s && tbm_source_probe(t->src, t->weights.off + in, len, look_clean, &p);
-    return tbm_source_batch_end(0) == 0 && clean;
+    for (uint64_t g = off / GRANULE; g <= (off + len - 1) / GRANULE; g++)
+        if (!atomic_load_explicit(&st->clean[g], memory_order_acquire))
+            return false;
+    return true;
 }
 
 int tbm_safetensors_locate(const struct tbm_views *v, size_t t, uint64_t off, size_t len,
@@ -533,7 +469,7 @@ int tbm_safetensors_locate(const struct tbm_views *v, size_t t, uint64_t off, si
     /* A reply short of the request reads as the end of the file: only a
      * range wholly inside one stored tensor is spliced. */
     if (tensor->src->fd < 0 || len == 0 || len > p->len - in ||
-        (!as_stored(tensor) && !splice_clean(v, tensor, in, off, len)))
+        (!as_stored(tensor) && !found_clean(st, off, len)))
         return 0;
     *out = (struct tbm_source_range){
         .fd = tensor->src->fd, .pos = tensor->weights.off + in, .len = len};
