@@ -1,7 +1,7 @@
 /* Statistics on AVX-512: 16 float32 per vector, their doubles in two 8-lane
  * vectors, exclusions as opmasks; histogram bins from an estimate corrected
- * against the edge keys by two permutes (the fp16 and bf16 table is counted
- * by the loops of stats_simd.h). */
+ * against the edge keys by two permutes; the fp16 and bf16 table by the loop
+ * of stats_avx2.c. */
 #include <immintrin.h>
 
 #include "stats_internal.h"
@@ -202,10 +202,11 @@ void tbm_stats_hist_avx512(enum tbm_precision prec, const void *weights, const u
     stats_hist_simd(prec, weights, mask, m, count, h);
 }
 
+/* The AVX2 loop: the level adds nothing it could use. */
 void tbm_stats_count_avx512(const void *weights, const uint8_t *mask, uint32_t m, uint64_t count,
                             struct tbm_stats_acc *a)
 {
-    stats_count_simd(weights, mask, m, count, a);
+    tbm_stats_count_avx2(weights, mask, m, count, a);
 }
 
 uint64_t tbm_mask_kept_avx512(const uint8_t *mask, uint32_t m, uint64_t first, uint64_t count)

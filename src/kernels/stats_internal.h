@@ -45,64 +45,46 @@ uint64_t tbm_mask_kept_scalar(const uint8_t *mask, uint32_t m, uint64_t first, u
 uint64_t tbm_mask_kept_avx2(const uint8_t *mask, uint32_t m, uint64_t first, uint64_t count);
 uint64_t tbm_mask_kept_avx512(const uint8_t *mask, uint32_t m, uint64_t first, uint64_t count);
 
-/* tbm_stats_compact8[b]: nibble t is the index of the t-th set bit of b,
- * so that a permute by it (vpermd reads the low 3 bits of each index) moves
- * the elements whose bits are set to the front. */
-extern const uint32_t tbm_stats_compact8[256];
+/* tbm_stats_compact8[b]: byte t is 2 i for the t-th set bit i of b, the
+ * offset of that element among 8 16-bit ones, so that a byte shuffle built
+ * from it moves the elements whose bits are set to the front. */
+extern const uint64_t tbm_stats_compact8[256];
 
-/* Elements the table counts between two checks that its ways have room. */
-#define TBM_STATS_COUNT_CHUNK 4096
-
-/* Adds the ways into folded. */
-static inline void tbm_stats_fold(struct tbm_stats_acc *a)
+/* Counts pattern p once more. */
+static inline void tbm_stats_count1(uint16_t *low, uint64_t *high, uint32_t p)
 {
-    for (uint32_t p = 0; p < TBM_STATS_PATTERNS; p++) {
-        for (unsigned w = 0; w < TBM_STATS_WAYS; w++)
-            a->folded[p] += a->ways[TBM_STATS_WAYS * p + w];
-    }
-    memset(a->ways, 0, sizeof *a->ways * TBM_STATS_PATTERNS * TBM_STATS_WAYS);
-    a->unfolded = 0;
+    if (__builtin_expect(++low[p] == 0, 0))
+        high[p] += 65536;
 }
 
-/* Makes room in the ways for n more counts: no way holds more than
- * unfolded, so none can pass UINT32_MAX while unfolded does not (that takes
- * 2^32 kept elements: once per 8 GiB of fp16, at most). */
-static inline void tbm_stats_make_room(struct tbm_stats_acc *a, uint64_t n)
+/* Counts the n patterns at at. */
+static inline void tbm_stats_count_patterns(uint16_t *low, uint64_t *high, const uint16_t *at,
+                                            size_t n)
 {
-    if (a->unfolded + n > UINT32_MAX)
-        tbm_stats_fold(a);
+    for (size_t j = 0; j < n; j++)
+        tbm_stats_count1(low, high, at[j]);
 }
 
-/* Counts n patterns of at, entry j into way (first + j) % TBM_STATS_WAYS:
- * whole rounds of the ways first, each way a constant offset. */
-static inline void tbm_stats_count_patterns(uint32_t *ways, const uint32_t *at, size_t n,
-                                            size_t first)
-{
-    size_t j = 0;
+/* Patterns the SIMD loops count per round: its increments are unrolled,
+ * and a round starts as soon as the compaction has that many ready, so that
+ * they overlap the loads and compaction of the next elements. */
+#define TBM_STATS_ROUND 32
 
-    for (; j < n && (first + j) % TBM_STATS_WAYS != 0; j++)
-        ways[TBM_STATS_WAYS * at[j] + (first + j) % TBM_STATS_WAYS]++;
-    for (; n - j >= TBM_STATS_WAYS; j += TBM_STATS_WAYS) {
-        for (unsigned w = 0; w < TBM_STATS_WAYS; w++)
-            ways[(size_t)TBM_STATS_WAYS * at[j + w] + w]++;
-    }
-    for (unsigned w = 0; j < n; j++, w++)
-        ways[(size_t)TBM_STATS_WAYS * at[j] + w]++;
+TBM_INLINE void tbm_stats_count_round(uint16_t *low, uint64_t *high, const uint16_t *at)
+{
+#pragma GCC unroll 32
+    for (unsigned q = 0; q < TBM_STATS_ROUND; q++)
+        tbm_stats_count1(low, high, at[q]);
 }
 
 /* The table without a mask, where every element is kept. */
 static inline void tbm_stats_count_all(const uint8_t *w, uint64_t count, struct tbm_stats_acc *a)
 {
-    for (uint64_t done = 0; done < count;) {
-        size_t n =
-            count - done < TBM_STATS_COUNT_CHUNK ? (size_t)(count - done) : TBM_STATS_COUNT_CHUNK;
+    uint16_t *low = a->low;
+    uint64_t *high = a->high;
 
-        tbm_stats_make_room(a, n);
-        for (size_t i = 0; i < n; i++)
-            a->ways[TBM_STATS_WAYS * tbm_load16(w + 2 * (done + i)) + i % TBM_STATS_WAYS]++;
-        a->unfolded += n;
-        done += n;
-    }
+    for (uint64_t i = 0; i < count; i++)
+        tbm_stats_count1(low, high, tbm_load16(w + 2 * i));
 }
 
 /* Knuth's TwoSum: s + x exactly as the new s plus an error added to c.
