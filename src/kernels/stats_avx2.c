@@ -259,6 +259,7 @@ TBM_INLINE size_t count_chunk(const uint8_t *w, size_t n, bool blocks, struct tb
         if (blocks && s->pending == 0 && n - i >= 64) {
             uint64_t bits;
 
+            tbm_stats_prefetch(w + 2 * i, s->next, s->m);
             bits = tbm_mask_block_bits(s->m, s->next);
             s->next += tbm_mask_block_bytes(s->m);
             for (unsigned q = 0; q < 4; q++)
@@ -269,7 +270,7 @@ TBM_INLINE size_t count_chunk(const uint8_t *w, size_t n, bool blocks, struct tb
             k += compact16(w + 2 * i, (uint32_t)tbm_mask_stream_take(s, 16), idx + k);
             i += 16;
         }
-        for (; k - j >= TBM_STATS_ROUND; j += TBM_STATS_ROUND)
+        for (; k - j >= TBM_STATS_ROUND + TBM_STATS_LAG; j += TBM_STATS_ROUND)
             tbm_stats_count_round(low, high, idx + j);
     }
     if (n - i != 0) {
@@ -291,7 +292,7 @@ void tbm_stats_count_avx2(const void *weights, const uint8_t *mask, uint32_t m, 
     const uint8_t *w = weights;
     struct tbm_mask_stream s;
     /* compact16 writes 16 entries */
-    uint16_t idx[TBM_STATS_ROUND + COUNT_CHUNK + 16];
+    uint16_t idx[TBM_STATS_ROUND + TBM_STATS_LAG + COUNT_CHUNK + 16];
     size_t k = 0;
 
     if (mask == NULL) {
