@@ -285,7 +285,7 @@ TBM_INLINE size_t count_chunk(const uint8_t *w, size_t n, bool blocks, struct tb
     return k - j;
 }
 
-/* Also the AVX-512 level's. */
+/* Also the AVX-512 level's on CPUs without VBMI2. */
 void tbm_stats_count_avx2(const void *weights, const uint8_t *mask, uint32_t m, uint64_t count,
                           struct tbm_stats_acc *a)
 {

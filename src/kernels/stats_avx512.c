@@ -1,7 +1,7 @@
 /* Statistics on AVX-512: 16 float32 per vector, their doubles in two 8-lane
  * vectors, exclusions as opmasks; histogram bins from an estimate corrected
- * against the edge keys by two permutes; the fp16 and bf16 table by the loop
- * of stats_avx2.c. */
+ * against the edge keys by two permutes; the fp16 and bf16 table from kept
+ * patterns compacted by VBMI2's vpcompressw. */
 #include <immintrin.h>
 
 #include "stats_internal.h"
@@ -202,11 +202,86 @@ void tbm_stats_hist_avx512(enum tbm_precision prec, const void *weights, const u
     stats_hist_simd(prec, weights, mask, m, count, h);
 }
 
-/* The AVX2 loop: the level adds nothing it could use. */
+/* Elements per chunk of the table's loop, whose kept patterns idx holds. */
+#define COUNT_CHUNK 4096
+
+/* VBMI2's vpcompressw moves the kept ones of 32 patterns to the front of a
+ * register at once, where the AVX2 loop needs four byte shuffles (and their
+ * table loads): bench_stats 13.7 ms against the AVX2 loop's 16.4. */
+#define COMPRESS __attribute__((target("avx512vbmi2")))
+
+/* One chunk (n <= COUNT_CHUNK): the patterns of its kept elements into idx
+ * after the k there, 32 at a time (the two halves of a 64-element block when
+ * the mask has whole ones; a masked load for fewer, so that a chunk's tail
+ * needs no scalar loop), counted a round at a time as they come. Returns how
+ * many it leaves at the front of idx for the next chunk to count. */
+TBM_INLINE COMPRESS size_t count_chunk(const uint8_t *w, size_t n, bool blocks,
+                                       struct tbm_mask_stream *s, uint16_t *idx, size_t k,
+                                       struct tbm_stats_acc *a)
+{
+    uint16_t *low = a->low;
+    uint64_t *high = a->high;
+    size_t i = 0, j = 0;
+
+    while (i < n) {
+        uint64_t bits;
+        size_t len;
+
+        if (blocks && s->pending == 0 && n - i >= 64) {
+            tbm_stats_prefetch(w + 2 * i, s->next, s->m);
+            bits = tbm_mask_block_bits(s->m, s->next);
+            s->next += tbm_mask_block_bytes(s->m);
+            len = 64;
+        } else {
+            len = n - i < 32 ? n - i : 32;
+            bits = tbm_mask_stream_take(s, (uint32_t)len);
+        }
+        for (size_t h = 0; h < len; h += 32) {
+            __mmask32 keep = (__mmask32)(bits >> h);
+            /* a masked load of 16-bit elements costs 3 plain ones on Zen 5 */
+            __m512i x = len - h >= 32 ? _mm512_loadu_si512(w + 2 * (i + h))
+                                      : _mm512_maskz_loadu_epi16(keep, w + 2 * (i + h));
+
+            _mm512_storeu_si512(idx + k, _mm512_maskz_compress_epi16(keep, x));
+            k += (size_t)_mm_popcnt_u32(keep);
+        }
+        i += len;
+        for (; k - j >= TBM_STATS_ROUND + TBM_STATS_LAG; j += TBM_STATS_ROUND)
+            tbm_stats_count_round(low, high, idx + j);
+    }
+    memmove(idx, idx + j, (k - j) * sizeof *idx);
+    return k - j;
+}
+
+static COMPRESS void count_compress(const uint8_t *w, const uint8_t *mask, uint32_t m,
+                                    uint64_t count, struct tbm_stats_acc *a)
+{
+    struct tbm_mask_stream s;
+    /* a compression writes 32 entries */
+    uint16_t idx[TBM_STATS_ROUND + TBM_STATS_LAG + COUNT_CHUNK + 32];
+    size_t k = 0;
+
+    tbm_mask_stream_init(&s, mask, m, 0);
+    for (uint64_t done = 0; done < count;) {
+        size_t n = count - done < COUNT_CHUNK ? (size_t)(count - done) : COUNT_CHUNK;
+
+        k = count_chunk(w + 2 * done, n, tbm_mask_blocks(m), &s, idx, k, a);
+        done += n;
+    }
+    tbm_stats_count_patterns(a->low, a->high, idx, k);
+}
+
+/* The AVX-512 level does not require VBMI2 (Skylake-X and Cascade Lake lack
+ * it): without it, the AVX2 loop. */
 void tbm_stats_count_avx512(const void *weights, const uint8_t *mask, uint32_t m, uint64_t count,
                             struct tbm_stats_acc *a)
 {
-    tbm_stats_count_avx2(weights, mask, m, count, a);
+    if (mask == NULL)
+        tbm_stats_count_all(weights, count, a);
+    else if (__builtin_cpu_supports("avx512vbmi2"))
+        count_compress(weights, mask, m, count, a);
+    else
+        tbm_stats_count_avx2(weights, mask, m, count, a);
 }
 
 uint64_t tbm_mask_kept_avx512(const uint8_t *mask, uint32_t m, uint64_t first, uint64_t count)
