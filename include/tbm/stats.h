@@ -79,8 +79,11 @@ struct tbm_stats_sum {
  * The loops increment the 16-bit low, so that the 32 KiB of the 16 Ki or so
  * patterns a tensor's weights use stay in L1D (32-bit counters, or two ways
  * of them per pattern, spill to L2 and took 1.5 times as long); when low[p]
- * wraps to 0, high[p] takes the 65536. */
+ * wraps to 0, high[p] takes the 65536. Both have TBM_STATS_SPARES more
+ * entries past the patterns', counters the SIMD loops use as spares, whose
+ * counts mean nothing. */
 #define TBM_STATS_PATTERNS 65536
+#define TBM_STATS_SPARES   32
 
 /* Pass 1. min_key and max_key are order keys (see tbm_stats_key) of the
  * smallest and largest finite kept value; INT32_MAX and INT32_MIN while
@@ -99,8 +102,8 @@ struct tbm_stats_acc {
     struct tbm_stats_sum sum;     /* of the finite kept values */
     struct tbm_stats_sum abs_sum; /* of their absolute values */
     /* fp16 and bf16 (NULL otherwise): the kept elements' bit patterns */
-    uint16_t *low;  /* TBM_STATS_PATTERNS */
-    uint64_t *high; /* TBM_STATS_PATTERNS */
+    uint16_t *low;  /* TBM_STATS_PATTERNS + TBM_STATS_SPARES */
+    uint64_t *high; /* TBM_STATS_PATTERNS + TBM_STATS_SPARES */
 };
 
 /* Pass 2, set up from a finished pass 1 by tbm_stats_hist_init. */

@@ -26,8 +26,8 @@ int tbm_stats_init(struct tbm_stats_acc *a, enum tbm_precision prec)
     if (tbm_stats_two_pass(prec))
         return 0;
     /* calloc, as most patterns are never counted: their pages stay unmapped */
-    a->low = calloc(TBM_STATS_PATTERNS, sizeof *a->low);
-    a->high = calloc(TBM_STATS_PATTERNS, sizeof *a->high);
+    a->low = calloc(TBM_STATS_PATTERNS + TBM_STATS_SPARES, sizeof *a->low);
+    a->high = calloc(TBM_STATS_PATTERNS + TBM_STATS_SPARES, sizeof *a->high);
     if (a->low && a->high)
         return 0;
     tbm_stats_free(a);

@@ -244,6 +244,56 @@ TBM_INLINE size_t compact16(const uint8_t *w, uint32_t bits, uint16_t *out)
     return k;
 }
 
+/* A round of the table: one by one when no entry after the first repeats
+ * it (the usual case), at once when all do, else spread (see
+ * tbm_stats_count_spread). */
+TBM_INLINE void count_round(uint16_t *low, uint64_t *high, const uint8_t *at)
+{
+    uint32_t first = tbm_load16(at);
+    __m256i match = _mm256_set1_epi16((short)first);
+    __m256i same[2];
+    uint64_t bits; /* two per entry */
+    uint32_t spread[TBM_STATS_ROUND];
+
+    for (unsigned h = 0; h < 2; h++)
+        same[h] = _mm256_cmpeq_epi16(_mm256_loadu_si256((const __m256i *)(at + 32 * h)), match);
+    bits = (uint32_t)_mm256_movemask_epi8(same[0]) |
+           (uint64_t)(uint32_t)_mm256_movemask_epi8(same[1]) << 32;
+    if (bits == 3) {
+        tbm_stats_count_round(low, high, at);
+        return;
+    }
+    if (bits == UINT64_MAX) {
+        tbm_stats_add(low, high, first, TBM_STATS_ROUND);
+        return;
+    }
+    for (unsigned e = 0; e < 4; e++) {
+        __m128i x = _mm_loadu_si128((const __m128i *)(at + 16 * e));
+        __m128i s =
+            e % 2 ? _mm256_extracti128_si256(same[e / 2], 1) : _mm256_castsi256_si128(same[e / 2]);
+        __m256i spare = _mm256_add_epi32(_mm256_set1_epi32((int)(TBM_STATS_PATTERNS + 8 * e)),
+                                         _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+
+        _mm256_storeu_si256(
+            (__m256i *)(spread + 8 * e),
+            _mm256_blendv_epi8(_mm256_cvtepu16_epi32(x), spare, _mm256_cvtepi16_epi32(s)));
+    }
+    tbm_stats_count_spread(low, high, first, (uint32_t)_mm_popcnt_u64(bits) / 2, spread);
+}
+
+/* The table without a mask, where every element is kept: the rounds read
+ * the patterns from the weights themselves. */
+TBM_INLINE void count_all(const uint8_t *w, uint64_t count, struct tbm_stats_acc *a)
+{
+    uint64_t i = 0;
+
+    for (; count - i >= TBM_STATS_ROUND; i += TBM_STATS_ROUND) {
+        __builtin_prefetch(w + 2 * i + TBM_STATS_PREFETCH);
+        count_round(a->low, a->high, w + 2 * i);
+    }
+    tbm_stats_count_all(w + 2 * i, count - i, a);
+}
+
 /* One chunk (n <= COUNT_CHUNK): the patterns of its kept elements into idx
  * after the k there, 16 or (with whole mask blocks) 64 elements at a time,
  * counted a round at a time as they come. Returns how many it leaves at the
@@ -271,7 +321,7 @@ TBM_INLINE size_t count_chunk(const uint8_t *w, size_t n, bool blocks, struct tb
             i += 16;
         }
         for (; k - j >= TBM_STATS_ROUND + TBM_STATS_LAG; j += TBM_STATS_ROUND)
-            tbm_stats_count_round(low, high, idx + j);
+            count_round(low, high, (const uint8_t *)(idx + j));
     }
     if (n - i != 0) {
         uint64_t bits = tbm_mask_stream_take(s, (uint32_t)(n - i));
@@ -296,7 +346,7 @@ void tbm_stats_count_avx2(const void *weights, const uint8_t *mask, uint32_t m, 
     size_t k = 0;
 
     if (mask == NULL) {
-        tbm_stats_count_all(w, count, a);
+        count_all(w, count, a);
         return;
     }
     tbm_mask_stream_init(&s, mask, m, 0);

@@ -210,6 +210,51 @@ void tbm_stats_hist_avx512(enum tbm_precision prec, const void *weights, const u
  * table loads): bench_stats 13.7 ms against the AVX2 loop's 16.4. */
 #define COMPRESS __attribute__((target("avx512vbmi2")))
 
+/* A round of the table: one by one when no entry after the first repeats
+ * it (the usual case), at once when all do, else spread (see
+ * tbm_stats_count_spread). */
+TBM_INLINE void count_round(uint16_t *low, uint64_t *high, const uint8_t *at)
+{
+    const __m512i spare =
+        _mm512_add_epi32(_mm512_set1_epi32(TBM_STATS_PATTERNS),
+                         _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15));
+    uint32_t first = tbm_load16(at);
+    __m512i x = _mm512_loadu_si512(at);
+    __mmask32 same = _mm512_cmpeq_epi16_mask(x, _mm512_set1_epi16((short)first));
+    uint32_t spread[TBM_STATS_ROUND];
+
+    if (same == 1) {
+        tbm_stats_count_round(low, high, at);
+        return;
+    }
+    if (same == UINT32_MAX) {
+        tbm_stats_add(low, high, first, TBM_STATS_ROUND);
+        return;
+    }
+    for (unsigned h = 0; h < 2; h++) {
+        __m256i half = h ? _mm512_extracti64x4_epi64(x, 1) : _mm512_castsi512_si256(x);
+
+        _mm512_storeu_si512(
+            spread + 16 * h,
+            _mm512_mask_mov_epi32(_mm512_cvtepu16_epi32(half), (__mmask16)(same >> (16 * h)),
+                                  _mm512_add_epi32(spare, _mm512_set1_epi32(16 * (int)h))));
+    }
+    tbm_stats_count_spread(low, high, first, (uint32_t)_mm_popcnt_u32(same), spread);
+}
+
+/* The table without a mask, where every element is kept: the rounds read
+ * the patterns from the weights themselves. */
+TBM_INLINE void count_all(const uint8_t *w, uint64_t count, struct tbm_stats_acc *a)
+{
+    uint64_t i = 0;
+
+    for (; count - i >= TBM_STATS_ROUND; i += TBM_STATS_ROUND) {
+        __builtin_prefetch(w + 2 * i + TBM_STATS_PREFETCH);
+        count_round(a->low, a->high, w + 2 * i);
+    }
+    tbm_stats_count_all(w + 2 * i, count - i, a);
+}
+
 /* One chunk (n <= COUNT_CHUNK): the patterns of its kept elements into idx
  * after the k there, 32 at a time (the two halves of a 64-element block when
  * the mask has whole ones; a masked load for fewer, so that a chunk's tail
@@ -247,7 +292,7 @@ TBM_INLINE COMPRESS size_t count_chunk(const uint8_t *w, size_t n, bool blocks,
         }
         i += len;
         for (; k - j >= TBM_STATS_ROUND + TBM_STATS_LAG; j += TBM_STATS_ROUND)
-            tbm_stats_count_round(low, high, idx + j);
+            count_round(low, high, (const uint8_t *)(idx + j));
     }
     memmove(idx, idx + j, (k - j) * sizeof *idx);
     return k - j;
@@ -277,7 +322,7 @@ void tbm_stats_count_avx512(const void *weights, const uint8_t *mask, uint32_t m
                             struct tbm_stats_acc *a)
 {
     if (mask == NULL)
-        tbm_stats_count_all(weights, count, a);
+        count_all(weights, count, a);
     else if (__builtin_cpu_supports("avx512vbmi2"))
         count_compress(weights, mask, m, count, a);
     else

@@ -93,11 +93,39 @@ TBM_INLINE void tbm_stats_prefetch(const uint8_t *w, const uint8_t *mask, uint32
  * end, so that they overlap the loads and compaction of the next elements. */
 #define TBM_STATS_ROUND 32
 
-TBM_INLINE void tbm_stats_count_round(uint16_t *low, uint64_t *high, const uint16_t *at)
+_Static_assert(TBM_STATS_SPARES == TBM_STATS_ROUND, "a spare counter per entry of a round");
+
+TBM_INLINE void tbm_stats_count_round(uint16_t *low, uint64_t *high, const uint8_t *at)
 {
 #pragma GCC unroll 32
     for (unsigned q = 0; q < TBM_STATS_ROUND; q++)
-        tbm_stats_count1(low, high, at[q]);
+        tbm_stats_count1(low, high, tbm_load16(at + 2 * q));
+}
+
+/* Counts pattern p c (<= TBM_STATS_ROUND) times at once. */
+static inline void tbm_stats_add(uint16_t *low, uint64_t *high, uint32_t p, uint32_t c)
+{
+    low[p] = (uint16_t)(low[p] + c);
+    if (low[p] < c)
+        high[p] += 65536;
+}
+
+/* A round in which some entries after the first repeat it: the first and
+ * its repeats are counted at once, and their increments go to spare
+ * counters past the patterns', one per position, whose counts mean nothing.
+ * So a value that fills much of the stream (zeros, say) does not make its
+ * every increment wait on the one before: 64 Mi fp16 elements, 9 in 10 of
+ * them zero, no mask, took 33 ms, against 105 one by one (and 56 with the
+ * two ways per pattern this table replaced). spread holds the round's
+ * entries, those equal to the first replaced by TBM_STATS_PATTERNS + their
+ * position; repeats is how many they are. */
+TBM_INLINE void tbm_stats_count_spread(uint16_t *low, uint64_t *high, uint32_t first,
+                                       uint32_t repeats, const uint32_t *spread)
+{
+    tbm_stats_add(low, high, first, repeats);
+#pragma GCC unroll 32
+    for (unsigned q = 0; q < TBM_STATS_ROUND; q++)
+        tbm_stats_count1(low, high, spread[q]);
 }
 
 /* The table without a mask, where every element is kept. */
