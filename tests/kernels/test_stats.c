@@ -235,8 +235,8 @@ static uint64_t pattern_count(const struct tbm_stats_acc *a, uint32_t p)
 }
 
 /* Pass 1 of two paths alike: every byte for fp32 and fp64; for fp16 and
- * bf16 the stream position and every pattern's count (how the counts are
- * spread over the ways may differ). */
+ * bf16 the stream position and every pattern's count (not the spare
+ * counters past them, which only the SIMD paths use). */
 static void assert_same_acc(const struct tbm_stats_acc *a, const struct tbm_stats_acc *b)
 {
     if (tbm_stats_two_pass(a->prec)) {
