@@ -249,7 +249,7 @@ TBM_INLINE void count_all(const uint8_t *w, uint64_t count, struct tbm_stats_acc
     uint64_t i = 0;
 
     for (; count - i >= TBM_STATS_ROUND; i += TBM_STATS_ROUND) {
-        __builtin_prefetch(w + 2 * i + TBM_STATS_PREFETCH);
+        tbm_stats_prefetch_at(w + 2 * i, TBM_STATS_PREFETCH);
         count_round(a->low, a->high, w + 2 * i);
     }
     tbm_stats_count_all(w + 2 * i, count - i, a);

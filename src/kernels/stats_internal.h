@@ -79,14 +79,22 @@ static inline void tbm_stats_count_patterns(uint16_t *low, uint64_t *high, const
  * those stores. */
 #define TBM_STATS_LAG 128
 
+/* Prefetches the byte ahead bytes past p, which may be past the end of p's
+ * array: its address is made as an integer, as a pointer there would be
+ * undefined, and a prefetch never faults. */
+TBM_INLINE void tbm_stats_prefetch_at(const void *p, size_t ahead)
+{
+    __builtin_prefetch((const void *)((uintptr_t)p + ahead));
+}
+
 /* Prefetches the weights TBM_STATS_PREFETCH bytes ahead of the 64-element
  * block at w, whose mask is at mask, and the mask of the block there (m as
  * for tbm_mask_blocks). */
 TBM_INLINE void tbm_stats_prefetch(const uint8_t *w, const uint8_t *mask, uint32_t m)
 {
-    __builtin_prefetch(w + TBM_STATS_PREFETCH);
-    __builtin_prefetch(w + TBM_STATS_PREFETCH + 64);
-    __builtin_prefetch(mask + TBM_STATS_PREFETCH / 128 * tbm_mask_block_bytes(m));
+    tbm_stats_prefetch_at(w, TBM_STATS_PREFETCH);
+    tbm_stats_prefetch_at(w, TBM_STATS_PREFETCH + 64);
+    tbm_stats_prefetch_at(mask, TBM_STATS_PREFETCH / 128 * tbm_mask_block_bytes(m));
 }
 
 /* Patterns the SIMD loops count per round: its increments are unrolled,
