@@ -1,7 +1,7 @@
 /* Statistics on AVX2 + F16C: 16 float32 per step as two 8-lane vectors,
  * their doubles in four 4-lane vectors, exclusions as all-ones lanes;
- * histogram bins from an estimate corrected against gathered edge keys (the
- * fp16 and bf16 table is counted by the loops of stats_simd.h). */
+ * histogram bins from an estimate corrected against gathered edge keys; the
+ * fp16 and bf16 table from kept patterns compacted by byte shuffles. */
 #include <immintrin.h>
 
 #include "stats_internal.h"
@@ -222,10 +222,141 @@ void tbm_stats_hist_avx2(enum tbm_precision prec, const void *weights, const uin
     stats_hist_simd(prec, weights, mask, m, count, h);
 }
 
+/* Elements per chunk of the table's loop, whose kept patterns idx holds. */
+#define COUNT_CHUNK 4096
+
+/* The patterns of the 16 fp16 or bf16 at w whose bits are set, in order,
+ * to out (all 16 entries may be written); returns how many. Two halves of
+ * 8, each moved by a byte shuffle made from tbm_stats_compact8. */
+TBM_INLINE size_t compact16(const uint8_t *w, uint32_t bits, uint16_t *out)
+{
+    size_t k = 0;
+
+    for (unsigned h = 0; h < 2; h++) {
+        uint32_t b = bits >> (8 * h) & 0xFF;
+        __m128i at = _mm_loadl_epi64((const __m128i *)&tbm_stats_compact8[b]);
+        __m128i shuffle = _mm_unpacklo_epi8(at, _mm_add_epi8(at, _mm_set1_epi8(1)));
+        __m128i x = _mm_loadu_si128((const __m128i *)(w + 16 * h));
+
+        _mm_storeu_si128((__m128i *)(out + k), _mm_shuffle_epi8(x, shuffle));
+        k += (size_t)_mm_popcnt_u32(b);
+    }
+    return k;
+}
+
+/* A round of the table: one by one when no entry after the first repeats
+ * it (the usual case), at once when all do, else spread (see
+ * tbm_stats_count_spread). */
+TBM_INLINE void count_round(uint16_t *low, uint64_t *high, const uint8_t *at)
+{
+    uint32_t first = tbm_load16(at);
+    __m256i match = _mm256_set1_epi16((short)first);
+    __m256i same[2];
+    uint64_t bits; /* two per entry */
+    uint32_t spread[TBM_STATS_ROUND];
+
+    for (unsigned h = 0; h < 2; h++)
+        same[h] = _mm256_cmpeq_epi16(_mm256_loadu_si256((const __m256i *)(at + 32 * h)), match);
+    bits = (uint32_t)_mm256_movemask_epi8(same[0]) |
+           (uint64_t)(uint32_t)_mm256_movemask_epi8(same[1]) << 32;
+    if (bits == 3) {
+        tbm_stats_count_round(low, high, at);
+        return;
+    }
+    if (bits == UINT64_MAX) {
+        tbm_stats_add(low, high, first, TBM_STATS_ROUND);
+        return;
+    }
+    for (unsigned e = 0; e < 4; e++) {
+        __m128i x = _mm_loadu_si128((const __m128i *)(at + 16 * e));
+        __m128i s =
+            e % 2 ? _mm256_extracti128_si256(same[e / 2], 1) : _mm256_castsi256_si128(same[e / 2]);
+        __m256i spare = _mm256_add_epi32(_mm256_set1_epi32((int)(TBM_STATS_PATTERNS + 8 * e)),
+                                         _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+
+        _mm256_storeu_si256(
+            (__m256i *)(spread + 8 * e),
+            _mm256_blendv_epi8(_mm256_cvtepu16_epi32(x), spare, _mm256_cvtepi16_epi32(s)));
+    }
+    tbm_stats_count_spread(low, high, first, (uint32_t)_mm_popcnt_u64(bits) / 2, spread);
+}
+
+/* The table without a mask, where every element is kept: the rounds read
+ * the patterns from the weights themselves. */
+TBM_INLINE void count_all(const uint8_t *w, uint64_t count, struct tbm_stats_acc *a)
+{
+    uint64_t i = 0;
+
+    for (; count - i >= TBM_STATS_ROUND; i += TBM_STATS_ROUND) {
+        tbm_stats_prefetch_at(w + 2 * i, TBM_STATS_PREFETCH);
+        count_round(a->low, a->high, w + 2 * i);
+    }
+    tbm_stats_count_all(w + 2 * i, count - i, a);
+}
+
+/* One chunk (n <= COUNT_CHUNK): the patterns of its kept elements into idx
+ * after the k there, 16 or (with whole mask blocks) 64 elements at a time,
+ * counted a round at a time as they come. Returns how many it leaves at the
+ * front of idx for the next chunk to count. */
+TBM_INLINE size_t count_chunk(const uint8_t *w, size_t n, bool blocks, struct tbm_mask_stream *s,
+                              uint16_t *idx, size_t k, struct tbm_stats_acc *a)
+{
+    uint16_t *low = a->low;
+    uint64_t *high = a->high;
+    size_t i = 0, j = 0;
+
+    while (n - i >= 16) {
+        if (blocks && s->pending == 0 && n - i >= 64) {
+            uint64_t bits;
+
+            tbm_stats_prefetch(w + 2 * i, s->next, s->m);
+            bits = tbm_mask_block_bits(s->m, s->next);
+            s->next += tbm_mask_block_bytes(s->m);
+            for (unsigned q = 0; q < 4; q++)
+                k +=
+                    compact16(w + 2 * (i + 16 * q), (uint32_t)(bits >> (16 * q) & 0xFFFF), idx + k);
+            i += 64;
+        } else {
+            k += compact16(w + 2 * i, (uint32_t)tbm_mask_stream_take(s, 16), idx + k);
+            i += 16;
+        }
+        for (; k - j >= TBM_STATS_ROUND + TBM_STATS_LAG; j += TBM_STATS_ROUND)
+            count_round(low, high, (const uint8_t *)(idx + j));
+    }
+    if (n - i != 0) {
+        uint64_t bits = tbm_mask_stream_take(s, (uint32_t)(n - i));
+
+        for (; i < n; i++, bits >>= 1) {
+            idx[k] = tbm_load16(w + 2 * i);
+            k += bits & 1;
+        }
+    }
+    memmove(idx, idx + j, (k - j) * sizeof *idx);
+    return k - j;
+}
+
+/* Also the AVX-512 level's on CPUs without VBMI2. */
 void tbm_stats_count_avx2(const void *weights, const uint8_t *mask, uint32_t m, uint64_t count,
                           struct tbm_stats_acc *a)
 {
-    stats_count_simd(weights, mask, m, count, a);
+    const uint8_t *w = weights;
+    struct tbm_mask_stream s;
+    /* compact16 writes 16 entries */
+    uint16_t idx[TBM_STATS_ROUND + TBM_STATS_LAG + COUNT_CHUNK + 16];
+    size_t k = 0;
+
+    if (mask == NULL) {
+        count_all(w, count, a);
+        return;
+    }
+    tbm_mask_stream_init(&s, mask, m, 0);
+    for (uint64_t done = 0; done < count;) {
+        size_t n = count - done < COUNT_CHUNK ? (size_t)(count - done) : COUNT_CHUNK;
+
+        k = count_chunk(w + 2 * done, n, tbm_mask_blocks(m), &s, idx, k, a);
+        done += n;
+    }
+    tbm_stats_count_patterns(a->low, a->high, idx, k);
 }
 
 uint64_t tbm_mask_kept_avx2(const uint8_t *mask, uint32_t m, uint64_t first, uint64_t count)

@@ -1,7 +1,7 @@
 /* Statistics on AVX-512: 16 float32 per vector, their doubles in two 8-lane
  * vectors, exclusions as opmasks; histogram bins from an estimate corrected
- * against the edge keys by two permutes (the fp16 and bf16 table is counted
- * by the loops of stats_simd.h). */
+ * against the edge keys by two permutes; the fp16 and bf16 table from kept
+ * patterns compacted by VBMI2's vpcompressw. */
 #include <immintrin.h>
 
 #include "stats_internal.h"
@@ -202,10 +202,131 @@ void tbm_stats_hist_avx512(enum tbm_precision prec, const void *weights, const u
     stats_hist_simd(prec, weights, mask, m, count, h);
 }
 
+/* Elements per chunk of the table's loop, whose kept patterns idx holds. */
+#define COUNT_CHUNK 4096
+
+/* VBMI2's vpcompressw moves the kept ones of 32 patterns to the front of a
+ * register at once, where the AVX2 loop needs four byte shuffles (and their
+ * table loads): bench_stats 13.7 ms against the AVX2 loop's 16.4. */
+#define COMPRESS __attribute__((target("avx512vbmi2")))
+
+/* A round of the table: one by one when no entry after the first repeats
+ * it (the usual case), at once when all do, else spread (see
+ * tbm_stats_count_spread). */
+TBM_INLINE void count_round(uint16_t *low, uint64_t *high, const uint8_t *at)
+{
+    const __m512i spare =
+        _mm512_add_epi32(_mm512_set1_epi32(TBM_STATS_PATTERNS),
+                         _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15));
+    uint32_t first = tbm_load16(at);
+    __m512i x = _mm512_loadu_si512(at);
+    __mmask32 same = _mm512_cmpeq_epi16_mask(x, _mm512_set1_epi16((short)first));
+    uint32_t spread[TBM_STATS_ROUND];
+
+    if (same == 1) {
+        tbm_stats_count_round(low, high, at);
+        return;
+    }
+    if (same == UINT32_MAX) {
+        tbm_stats_add(low, high, first, TBM_STATS_ROUND);
+        return;
+    }
+    for (unsigned h = 0; h < 2; h++) {
+        __m256i half = h ? _mm512_extracti64x4_epi64(x, 1) : _mm512_castsi512_si256(x);
+
+        _mm512_storeu_si512(
+            spread + 16 * h,
+            _mm512_mask_mov_epi32(_mm512_cvtepu16_epi32(half), (__mmask16)(same >> (16 * h)),
+                                  _mm512_add_epi32(spare, _mm512_set1_epi32(16 * (int)h))));
+    }
+    tbm_stats_count_spread(low, high, first, (uint32_t)_mm_popcnt_u32(same), spread);
+}
+
+/* The table without a mask, where every element is kept: the rounds read
+ * the patterns from the weights themselves. */
+TBM_INLINE void count_all(const uint8_t *w, uint64_t count, struct tbm_stats_acc *a)
+{
+    uint64_t i = 0;
+
+    for (; count - i >= TBM_STATS_ROUND; i += TBM_STATS_ROUND) {
+        tbm_stats_prefetch_at(w + 2 * i, TBM_STATS_PREFETCH);
+        count_round(a->low, a->high, w + 2 * i);
+    }
+    tbm_stats_count_all(w + 2 * i, count - i, a);
+}
+
+/* One chunk (n <= COUNT_CHUNK): the patterns of its kept elements into idx
+ * after the k there, 32 at a time (the two halves of a 64-element block when
+ * the mask has whole ones; a masked load for fewer, so that a chunk's tail
+ * needs no scalar loop), counted a round at a time as they come. Returns how
+ * many it leaves at the front of idx for the next chunk to count. */
+TBM_INLINE COMPRESS size_t count_chunk(const uint8_t *w, size_t n, bool blocks,
+                                       struct tbm_mask_stream *s, uint16_t *idx, size_t k,
+                                       struct tbm_stats_acc *a)
+{
+    uint16_t *low = a->low;
+    uint64_t *high = a->high;
+    size_t i = 0, j = 0;
+
+    while (i < n) {
+        uint64_t bits;
+        size_t len;
+
+        if (blocks && s->pending == 0 && n - i >= 64) {
+            tbm_stats_prefetch(w + 2 * i, s->next, s->m);
+            bits = tbm_mask_block_bits(s->m, s->next);
+            s->next += tbm_mask_block_bytes(s->m);
+            len = 64;
+        } else {
+            len = n - i < 32 ? n - i : 32;
+            bits = tbm_mask_stream_take(s, (uint32_t)len);
+        }
+        for (size_t h = 0; h < len; h += 32) {
+            __mmask32 keep = (__mmask32)(bits >> h);
+            /* a masked load of 16-bit elements costs 3 plain ones on Zen 5 */
+            __m512i x = len - h >= 32 ? _mm512_loadu_si512(w + 2 * (i + h))
+                                      : _mm512_maskz_loadu_epi16(keep, w + 2 * (i + h));
+
+            _mm512_storeu_si512(idx + k, _mm512_maskz_compress_epi16(keep, x));
+            k += (size_t)_mm_popcnt_u32(keep);
+        }
+        i += len;
+        for (; k - j >= TBM_STATS_ROUND + TBM_STATS_LAG; j += TBM_STATS_ROUND)
+            count_round(low, high, (const uint8_t *)(idx + j));
+    }
+    memmove(idx, idx + j, (k - j) * sizeof *idx);
+    return k - j;
+}
+
+static COMPRESS void count_compress(const uint8_t *w, const uint8_t *mask, uint32_t m,
+                                    uint64_t count, struct tbm_stats_acc *a)
+{
+    struct tbm_mask_stream s;
+    /* a compression writes 32 entries */
+    uint16_t idx[TBM_STATS_ROUND + TBM_STATS_LAG + COUNT_CHUNK + 32];
+    size_t k = 0;
+
+    tbm_mask_stream_init(&s, mask, m, 0);
+    for (uint64_t done = 0; done < count;) {
+        size_t n = count - done < COUNT_CHUNK ? (size_t)(count - done) : COUNT_CHUNK;
+
+        k = count_chunk(w + 2 * done, n, tbm_mask_blocks(m), &s, idx, k, a);
+        done += n;
+    }
+    tbm_stats_count_patterns(a->low, a->high, idx, k);
+}
+
+/* The AVX-512 level does not require VBMI2 (Skylake-X and Cascade Lake lack
+ * it): without it, the AVX2 loop. */
 void tbm_stats_count_avx512(const void *weights, const uint8_t *mask, uint32_t m, uint64_t count,
                             struct tbm_stats_acc *a)
 {
-    stats_count_simd(weights, mask, m, count, a);
+    if (mask == NULL)
+        count_all(weights, count, a);
+    else if (__builtin_cpu_supports("avx512vbmi2"))
+        count_compress(weights, mask, m, count, a);
+    else
+        tbm_stats_count_avx2(weights, mask, m, count, a);
 }
 
 uint64_t tbm_mask_kept_avx512(const uint8_t *mask, uint32_t m, uint64_t first, uint64_t count)

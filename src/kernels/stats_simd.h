@@ -15,8 +15,7 @@
  *                         the same for pass 2
  * hist_flush(r, h)        its flush: the sums alone, as the bin counts are
  *                         4 KiB to add up
- * It also defines stats_count_simd, pass 1 of fp16 and bf16, the same
- * AVX2 code on both levels. */
+ * (Pass 1 of fp16 and bf16, the pattern table, is each file's own loop.) */
 #ifndef TBM_KERNELS_STATS_SIMD_H
 #define TBM_KERNELS_STATS_SIMD_H
 
@@ -197,93 +196,6 @@ TBM_INLINE void stats_hist_simd(enum tbm_precision prec, const void *weights, co
                                 uint32_t m, uint64_t count, struct tbm_stats_hist *h)
 {
     run_prec(HIST, prec, weights, mask, m, count, h);
-}
-
-/* The patterns of the 16 fp16 or bf16 at w whose bits are set, in order,
- * to out as uint32 (all 16 entries may be written); returns how many. Two
- * halves of 8, each permuted by tbm_stats_compact8: AVX-512's vpcompressd
- * took 57 ms on bench_stats where this took 45. */
-TBM_INLINE size_t compact16(const uint8_t *w, uint32_t bits, uint32_t *out)
-{
-    const __m256i shifts = _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28);
-    size_t k = 0;
-
-    for (unsigned h = 0; h < 2; h++) {
-        uint32_t b = bits >> (8 * h) & 0xFF;
-        __m256i p = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(w + 16 * h)));
-        __m256i perm = _mm256_srlv_epi32(_mm256_set1_epi32((int)tbm_stats_compact8[b]), shifts);
-
-        _mm256_storeu_si256((__m256i *)(out + k), _mm256_permutevar8x32_epi32(p, perm));
-        k += (size_t)_mm_popcnt_u32(b);
-    }
-    return k;
-}
-
-/* Entries compacted ahead of those counted: counting starts when 32 are
- * ready, so that the increments of a block overlap the loads and compaction
- * of the next instead of waiting for a whole chunk. */
-#define COUNT_AHEAD 32
-
-/* One chunk (n <= TBM_STATS_COUNT_CHUNK): the patterns of its kept elements
- * into idx, 16 or (with whole mask blocks) 64 elements at a time, counted
- * COUNT_AHEAD at a time as they come, entry j into way j % TBM_STATS_WAYS. */
-TBM_INLINE void count_chunk(const uint8_t *w, size_t n, bool blocks, struct tbm_mask_stream *s,
-                            uint32_t *idx, struct tbm_stats_acc *a)
-{
-    size_t i = 0, k = 0, j = 0;
-
-    while (n - i >= 16) {
-        if (blocks && s->pending == 0 && n - i >= 64) {
-            uint64_t bits = tbm_mask_block_bits(s->m, s->next);
-
-            s->next += tbm_mask_block_bytes(s->m);
-            for (unsigned q = 0; q < 4; q++)
-                k +=
-                    compact16(w + 2 * (i + 16 * q), (uint32_t)(bits >> (16 * q) & 0xFFFF), idx + k);
-            i += 64;
-        } else {
-            k += compact16(w + 2 * i, (uint32_t)tbm_mask_stream_take(s, 16), idx + k);
-            i += 16;
-        }
-        if (k - j >= COUNT_AHEAD) {
-#pragma GCC unroll 32
-            for (unsigned q = 0; q < COUNT_AHEAD; q++)
-                a->ways[(size_t)TBM_STATS_WAYS * idx[j + q] + q % TBM_STATS_WAYS]++;
-            j += COUNT_AHEAD;
-        }
-    }
-    if (n - i != 0) {
-        uint64_t bits = tbm_mask_stream_take(s, (uint32_t)(n - i));
-
-        for (; i < n; i++, bits >>= 1) {
-            idx[k] = tbm_load16(w + 2 * i);
-            k += bits & 1;
-        }
-    }
-    tbm_stats_count_patterns(a->ways, idx + j, k - j, j);
-    a->unfolded += k;
-}
-
-TBM_INLINE void stats_count_simd(const void *weights, const uint8_t *mask, uint32_t m,
-                                 uint64_t count, struct tbm_stats_acc *a)
-{
-    const uint8_t *w = weights;
-    struct tbm_mask_stream s;
-    uint32_t idx[TBM_STATS_COUNT_CHUNK + 16]; /* compact16 may write 16 */
-
-    if (mask == NULL) {
-        tbm_stats_count_all(w, count, a);
-        return;
-    }
-    tbm_mask_stream_init(&s, mask, m, 0);
-    for (uint64_t done = 0; done < count;) {
-        size_t n =
-            count - done < TBM_STATS_COUNT_CHUNK ? (size_t)(count - done) : TBM_STATS_COUNT_CHUNK;
-
-        tbm_stats_make_room(a, n);
-        count_chunk(w + 2 * done, n, tbm_mask_blocks(m), &s, idx, a);
-        done += n;
-    }
 }
 
 /* The reference's code with popcnt instructions and whole mask blocks. */
