@@ -557,6 +557,59 @@ static void test_stats_wrap(void **state)
     free(w);
 }
 
+/* Wraps through every way the SIMD levels count a round, with a mask and
+ * without: blocks of 32 elements alternate between a round that starts
+ * with a value found nowhere else in it (3.0: counted one by one) and one
+ * whose first value repeats (1.0: its repeats added at once, the others
+ * one by one). Each counter is set a few counts short of wrapping, so that
+ * its first wrap falls in the first rounds: 2.0 one by one in a round of
+ * the first kind, 1.0 added at once and 4.0 one by one in one of the
+ * second, 3.0 later on. */
+static void test_stats_wrap_rounds(void **state)
+{
+    enum { ONE = 0x3C00, TWO = 0x4000, THREE = 0x4200, FOUR = 0x4400 };
+    static const uint16_t values[] = {ONE, TWO, THREE, FOUR};
+    static const uint16_t start[] = {65536 - 20, 65536 - 10, 65536 - 100, 65536 - 3};
+    const uint64_t n = 3 * 4096 + 5;
+    uint16_t *w = malloc(n * 2);
+    uint8_t *mask = malloc(n / 4 + 1);
+    uint64_t want[4] = {0};
+    struct tbm_stats_result r;
+
+    (void)state;
+    assert_non_null(w);
+    assert_non_null(mask);
+    for (uint64_t i = 0; i < n; i++) {
+        uint64_t q = i % 32;
+
+        if (i / 32 % 2 == 0) /* 3.0, then 1.0 and 2.0 in turn */
+            w[i] = q == 0 ? THREE : q % 2 ? ONE : TWO;
+        else /* 1.0 at every other place, 2.0 and 4.0 between */
+            w[i] = q % 2 == 0 ? ONE : q % 4 == 1 ? TWO : FOUR;
+        for (size_t v = 0; v < 4; v++)
+            want[v] += w[i] == values[v];
+    }
+    memset(mask, 0x0F, n / 4 + 1); /* m = 4, every element kept */
+    for (size_t i = 0; i < 3; i++) {
+        struct tbm_stats_acc a;
+
+        if (!tbm_isa_supported(isas[i]))
+            continue;
+        for (int masked = 0; masked < 2; masked++) {
+            assert_int_equal(tbm_stats_init(&a, TBM_FP16), 0);
+            for (size_t v = 0; v < 4; v++)
+                a.low[values[v]] = start[v];
+            tbm_stats_scan(isas[i], TBM_FP16, w, masked ? mask : NULL, 4, n, &a);
+            for (size_t v = 0; v < 4; v++)
+                assert_int_equal(a.high[values[v]] + a.low[values[v]], start[v] + want[v]);
+            finish(&a, NULL, &r);
+            assert_int_equal(r.kept, 65536 * 4 - 133 + n);
+        }
+    }
+    free(mask);
+    free(w);
+}
+
 static void test_mask_kept(void **state)
 {
     (void)state;
@@ -822,11 +875,17 @@ static void test_png(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_stats_random),     cmocka_unit_test(test_hist_edges),
-        cmocka_unit_test(test_stats_large),      cmocka_unit_test(test_stats_compensated),
-        cmocka_unit_test(test_stats_exact_sums), cmocka_unit_test(test_stats_wrap),
-        cmocka_unit_test(test_mask_kept),        cmocka_unit_test(test_image_dims),
-        cmocka_unit_test(test_image_blocks),     cmocka_unit_test(test_png),
+        cmocka_unit_test(test_stats_random),
+        cmocka_unit_test(test_hist_edges),
+        cmocka_unit_test(test_stats_large),
+        cmocka_unit_test(test_stats_compensated),
+        cmocka_unit_test(test_stats_exact_sums),
+        cmocka_unit_test(test_stats_wrap),
+        cmocka_unit_test(test_stats_wrap_rounds),
+        cmocka_unit_test(test_mask_kept),
+        cmocka_unit_test(test_image_dims),
+        cmocka_unit_test(test_image_blocks),
+        cmocka_unit_test(test_png),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);
