@@ -301,9 +301,11 @@ def spliced_when_stored(suite):
 
 
 def partial_dirty_granule(suite):
-    """A read that starts inside a 64 KiB granule whose bytes masking changes, and runs on
-    into granules it leaves as stored: the range is computed (the change in the partly
-    covered granule counts), never spliced unmasked."""
+    """A 64 KiB granule whose bytes masking changes is never spliced, however it was read
+    before: a first read that covers it only partly (from past its changed element) leaves
+    it unknown, so reads from its start, then from inside it running on into granules known
+    to need no masking, are computed; so is a read from inside it after a whole read of the
+    file found it changed."""
     granule = 65536
     mk = gen.make_tensor
     tensors = [mk("one.dirty", [1024, 1024], "bf16", (2, 4), 63)]
@@ -318,26 +320,41 @@ def partial_dirty_granule(suite):
     start += head["one.dirty"]["data_offsets"][0]
     keep = keep_bits(ex.mask, ex.h["nm_m"], ex.h["num_weights"], mask_layout(ex.h))
     g = (start // granule + 2) * granule
-    # a pruned element 8 KiB into granule g, stored as bf16 1.0
-    i = next(k for k in range((g + 8192 - start) // 2, ex.h["num_weights"]) if not keep[k])
+    # a pruned element in the first 4 KiB of granule g, stored as bf16 1.0
+    i = next(k for k in range((g + 1024 - start) // 2, ex.h["num_weights"]) if not keep[k])
+    check(2 * i + start < g + 4096, "the changed element is in the granule's first 4 KiB")
     data = bytearray(cont.data)
     woff = bytes(data).find(ex.weights)
     check(woff > 0, "weights found in the source")
     struct.pack_into("<H", data, woff + 2 * i, 0x3F80)
     gen.write_file(src, bytes(data))
     want = native_bytes(ex)
+
+    def read_at(path, off, n=192 << 10):
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECT)
+        try:
+            buf = mmap.mmap(-1, n)
+            got = os.preadv(fd, [buf], off)
+        finally:
+            os.close(fd)
+        eq(got, n, "bytes read at %d" % off)
+        eq(buf[:got], want[off - start:off - start + got], "the read at %d" % off)
+
     m = harness.Mount(suite, src)
     with m:
         eq(m.start(), 0, "mount")
-        fd = os.open(m.p("model.safetensors"), os.O_RDONLY | os.O_DIRECT)
-        try:
-            buf = mmap.mmap(-1, 192 << 10)
-            n = os.preadv(fd, [buf], g + 4096)
-        finally:
-            os.close(fd)
-        eq(n, 192 << 10, "bytes read")
-        off = g + 4096 - start
-        eq(buf[:n], want[off:off + n], "the read from inside the changed granule")
+        path = m.p("model.safetensors")
+        read_at(path, g + 4096)  # granule g partly: its changed element not covered
+        read_at(path, g)
+        read_at(path, g)
+        read_at(path, g + 2048)
+    m = harness.Mount(suite, src)
+    with m:
+        eq(m.start(), 0, "mount")
+        path = m.p("model.safetensors")
+        direct_read(path)
+        read_at(path, g + 2048)
+        read_at(path, g)
 
 
 def main(suite):
@@ -395,7 +412,7 @@ def main(suite):
         suite.case("empty model: a header alone, an empty tensors.json", empty)
     suite.case("model.safetensors: ranges masking leaves as stored are spliced, others computed",
                lambda: spliced_when_stored(suite), timeout=120)
-    suite.case("model.safetensors: a read from inside a granule masking changes is computed",
+    suite.case("model.safetensors: a granule masking changes is never spliced, however read before",
                lambda: partial_dirty_granule(suite), timeout=120)
     suite.case("100,000 tiny tensors: header and time to first byte", lambda: many(suite),
                timeout=600)
