@@ -13,7 +13,8 @@
  * max, which a stream knows only at its end), sums and the two-pass
  * variance. The table's counts are integers, so every path gives the same
  * table whatever the chunks, and the one finishing code gives the same bits.
- * Counting is the cost of the pass: one increment per kept element, of a
+ * Counting is the cost of the pass: about one increment per kept element (a
+ * round's repeats of its first entry are added at once), of a
  * 16-bit counter that stays in L1D (see struct tbm_stats_acc), the SIMD
  * paths taking the kept patterns 32 (VBMI2's vpcompressw) or 8 (a byte
  * shuffle) at a time; on bench_stats the pass takes about 2 (AVX-512) and
@@ -86,7 +87,7 @@ struct tbm_stats_sum {
  * of them per pattern, spill to L2 and took 1.5 times as long); when low[p]
  * wraps to 0, high[p] takes the 65536. Both have TBM_STATS_SPARES more
  * entries past the patterns', counters the SIMD loops use as spares, whose
- * counts mean nothing. */
+ * counts mean nothing (high too: a spare's low wraps like any counter's). */
 #define TBM_STATS_PATTERNS 65536
 #define TBM_STATS_SPARES   32
 

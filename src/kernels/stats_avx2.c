@@ -341,7 +341,8 @@ void tbm_stats_count_avx2(const void *weights, const uint8_t *mask, uint32_t m, 
 {
     const uint8_t *w = weights;
     struct tbm_mask_stream s;
-    /* compact16 writes 16 entries */
+    /* entries left uncounted by the last chunk (fewer than a round and the
+     * lag), a chunk's, and the 16 a compaction may write past them */
     uint16_t idx[TBM_STATS_ROUND + TBM_STATS_LAG + COUNT_CHUNK + 16];
     size_t k = 0;
 

@@ -302,7 +302,8 @@ static COMPRESS void count_compress(const uint8_t *w, const uint8_t *mask, uint3
                                     uint64_t count, struct tbm_stats_acc *a)
 {
     struct tbm_mask_stream s;
-    /* a compression writes 32 entries */
+    /* entries left uncounted by the last chunk (fewer than a round and the
+     * lag), a chunk's, and the 32 a compaction may write past them */
     uint16_t idx[TBM_STATS_ROUND + TBM_STATS_LAG + COUNT_CHUNK + 32];
     size_t k = 0;
 

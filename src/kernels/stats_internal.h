@@ -127,7 +127,8 @@ static inline void tbm_stats_add(uint16_t *low, uint64_t *high, uint32_t p, uint
  * them zero, no mask, took 33 ms, against 105 one by one (and 56 with the
  * two ways per pattern this table replaced). spread holds the round's
  * entries, those equal to the first replaced by TBM_STATS_PATTERNS + their
- * position; repeats is how many they are. */
+ * position; repeats is how many entries equal the first, the first
+ * included. */
 TBM_INLINE void tbm_stats_count_spread(uint16_t *low, uint64_t *high, uint32_t first,
                                        uint32_t repeats, const uint32_t *spread)
 {

@@ -33,8 +33,10 @@ struct tbm_safetensors {
     /* Per GRANULE of the file, set once a read that saw all its bytes found
      * that masking left them as stored (as the tools write them, pruned
      * weights zeroed), so that later reads splice them from the source.
-     * Never cleared: a source that changes is refused for the rest of the
-     * mount. */
+     * Never cleared, and set before the request's change check: a source
+     * that changes is refused for the rest of the mount, so a flag set from
+     * bytes of a rewrite is never used (TBMFS_NO_CHANGE_CHECK, for
+     * benchmarks only, gives that up). */
     atomic_bool *clean;
 };
 
