@@ -13,6 +13,7 @@
 #include <immintrin.h>
 #include <cmocka.h>
 
+#include "guard_buf.h"
 #include "tbm/kernels.h"
 
 static const enum tbm_isa isas[] = {TBM_ISA_SCALAR, TBM_ISA_AVX2, TBM_ISA_AVX512};
@@ -53,30 +54,10 @@ static uint32_t float_bits(float f)
     return b;
 }
 
-/* A buffer followed by an inaccessible page. Either its data ends right at
- * that page, so that reading past the end of a tensor faults, or it starts at
- * a random odd address, so that no path can count on any alignment. */
-struct buf {
-    uint8_t *base;
-    size_t len;
-    uint8_t *p;
-};
-
-static struct buf alloc_buf(size_t size, bool at_guard)
+/* A guarded buffer at the guard, or at a random odd address. */
+static struct buf guarded(size_t size, bool at_guard)
 {
-    size_t page = (size_t)sysconf(_SC_PAGESIZE);
-    struct buf b = {NULL, (size + 64 + page - 1) / page * page + page, NULL};
-
-    b.base = mmap(NULL, b.len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    assert_true(b.base != MAP_FAILED);
-    assert_int_equal(mprotect(b.base + b.len - page, page, PROT_NONE), 0);
-    b.p = at_guard ? b.base + b.len - page - size : b.base + 1 + 2 * (rnd() % 31);
-    return b;
-}
-
-static void free_buf(struct buf b)
-{
-    munmap(b.base, b.len);
+    return alloc_buf(size, at_guard, 1 + 2 * (rnd() % 31));
 }
 
 /* A stored value: often +0/-0 (so that the conflict counter sees both
@@ -274,7 +255,7 @@ __attribute__((target("f16c"))) static uint32_t hardware_half(uint16_t h)
 /* Every 16-bit pattern in order, at an odd address. */
 static struct buf all_halves(void)
 {
-    struct buf w = alloc_buf(65536 * 2, true);
+    struct buf w = guarded(65536 * 2, true);
 
     for (uint32_t h = 0; h < 65536; h++)
         memcpy(w.p + 2 * h, &(uint16_t){(uint16_t)h}, 2);
@@ -407,7 +388,7 @@ static void test_expand_by_hand(void **state)
     expand_range(isa, TBM_FP32, (const uint8_t *)w, mask3, 3, 1, 10, out);
     assert_memory_equal(out + GUARD, want3, sizeof want3);
     /* an empty range reads nothing, not even the word of its group */
-    nothing = alloc_buf(0, true);
+    nothing = guarded(0, true);
     expand_range(isa, TBM_FP32, nothing.p, nothing.p, 3, 1, 0, out);
     free_buf(nothing);
     /* pruned -0.0 and NaN become +0.0 */
@@ -424,8 +405,8 @@ static void check_random_tensor(enum tbm_isa isa, enum tbm_precision prec, uint3
                                 unsigned ranges)
 {
     uint32_t bytes = m <= 8 ? 1 : m <= 16 ? 2 : 4;
-    struct buf wb = alloc_buf(n * tbm_precision_size(prec), rnd() % 2);
-    struct buf mb = alloc_buf((n + m - 1) / m * bytes, rnd() % 2);
+    struct buf wb = guarded(n * tbm_precision_size(prec), rnd() % 2);
+    struct buf mb = guarded((n + m - 1) / m * bytes, rnd() % 2);
     const uint8_t *w = wb.p, *mask = mb.p;
     uint32_t *got = malloc((n + 2 * GUARD) * sizeof *got);
     uint32_t *want = malloc((n + 2 * GUARD) * sizeof *want);
@@ -597,8 +578,8 @@ static void check_random_count(enum tbm_isa isa, enum tbm_precision prec, uint32
                                uint64_t count)
 {
     uint32_t bytes = m <= 8 ? 1 : m <= 16 ? 2 : 4;
-    struct buf wb = alloc_buf(count * tbm_precision_size(prec), rnd() % 2);
-    struct buf mb = alloc_buf((count + m - 1) / m * bytes, rnd() % 2);
+    struct buf wb = guarded(count * tbm_precision_size(prec), rnd() % 2);
+    struct buf mb = guarded((count + m - 1) / m * bytes, rnd() % 2);
     const uint8_t *w = wb.p, *mask = mb.p;
     uint32_t ns[] = {0, (uint32_t)(rnd() % (m + 2)), m / 2, UINT32_MAX};
 
@@ -643,7 +624,7 @@ static void check_apply_range(enum tbm_isa isa, enum tbm_precision prec, const u
 {
     uint32_t bytes = m <= 8 ? 1 : m <= 16 ? 2 : 4;
     size_t es = tbm_precision_size(prec);
-    struct buf out = alloc_buf(count * es, true);
+    struct buf out = guarded(count * es, true);
     bool changed = false;
 
     memcpy(out.p, w + first * es, count * es);

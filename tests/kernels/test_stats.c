@@ -13,6 +13,7 @@
 #include <zlib.h>
 #include <cmocka.h>
 
+#include "guard_buf.h"
 #include "tbm/kernels.h"
 #include "tbm/stats.h"
 
@@ -295,11 +296,11 @@ static void test_stats_random(void **state)
             for (size_t c = 0; c < sizeof counts / sizeof counts[0]; c++) {
                 uint64_t count = counts[c];
                 size_t size = tbm_precision_size(precs[p]);
-                uint8_t *w = malloc(count * size + 64);
-                uint8_t *mask = malloc(mask_bytes(m, count) + 8);
+                /* ending at a guard page: a load past either end faults */
+                struct buf wb = alloc_buf(count * size, true, 0);
+                struct buf mb = alloc_buf(mask_bytes(m, count), true, 0);
+                uint8_t *w = wb.p, *mask = mb.p;
 
-                assert_non_null(w);
-                assert_non_null(mask);
                 for (uint64_t i = 0; i < count; i++)
                     random_element(precs[p], w + i * size);
                 random_mask(mask, mask_bytes(m, count));
@@ -311,8 +312,8 @@ static void test_stats_random(void **state)
                     memset(w, 0xFF, count * size);
                     check_paths(precs[p], w, NULL, 0, count);
                 }
-                free(mask);
-                free(w);
+                free_buf(mb);
+                free_buf(wb);
             }
         }
     }
