@@ -281,19 +281,6 @@ TBM_INLINE void count_round(uint16_t *low, uint64_t *high, const uint8_t *at)
     tbm_stats_count_spread(low, high, first, (uint32_t)_mm_popcnt_u64(bits) / 2, spread);
 }
 
-/* The table without a mask, where every element is kept: the rounds read
- * the patterns from the weights themselves. */
-TBM_INLINE void count_all(const uint8_t *w, uint64_t count, struct tbm_stats_acc *a)
-{
-    uint64_t i = 0;
-
-    for (; count - i >= TBM_STATS_ROUND; i += TBM_STATS_ROUND) {
-        tbm_stats_prefetch_at(w + 2 * i, TBM_STATS_PREFETCH);
-        count_round(a->low, a->high, w + 2 * i);
-    }
-    tbm_stats_count_all(w + 2 * i, count - i, a);
-}
-
 /* One chunk (n <= COUNT_CHUNK): the patterns of its kept elements into idx
  * after the k there, 16 or (with whole mask blocks) 64 elements at a time,
  * counted a round at a time as they come. Returns how many it leaves at the
@@ -347,7 +334,7 @@ void tbm_stats_count_avx2(const void *weights, const uint8_t *mask, uint32_t m, 
     size_t k = 0;
 
     if (mask == NULL) {
-        count_all(w, count, a);
+        tbm_stats_count_rounds(w, count, a, count_round);
         return;
     }
     tbm_mask_stream_init(&s, mask, m, 0);

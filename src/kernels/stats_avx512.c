@@ -242,19 +242,6 @@ TBM_INLINE void count_round(uint16_t *low, uint64_t *high, const uint8_t *at)
     tbm_stats_count_spread(low, high, first, (uint32_t)_mm_popcnt_u32(same), spread);
 }
 
-/* The table without a mask, where every element is kept: the rounds read
- * the patterns from the weights themselves. */
-TBM_INLINE void count_all(const uint8_t *w, uint64_t count, struct tbm_stats_acc *a)
-{
-    uint64_t i = 0;
-
-    for (; count - i >= TBM_STATS_ROUND; i += TBM_STATS_ROUND) {
-        tbm_stats_prefetch_at(w + 2 * i, TBM_STATS_PREFETCH);
-        count_round(a->low, a->high, w + 2 * i);
-    }
-    tbm_stats_count_all(w + 2 * i, count - i, a);
-}
-
 /* One chunk (n <= COUNT_CHUNK): the patterns of its kept elements into idx
  * after the k there, 32 at a time (the two halves of a 64-element block when
  * the mask has whole ones; a masked load for fewer, so that a chunk's tail
@@ -323,7 +310,7 @@ void tbm_stats_count_avx512(const void *weights, const uint8_t *mask, uint32_t m
                             struct tbm_stats_acc *a)
 {
     if (mask == NULL)
-        count_all(weights, count, a);
+        tbm_stats_count_rounds(weights, count, a, count_round);
     else if (__builtin_cpu_supports("avx512vbmi2"))
         count_compress(weights, mask, m, count, a);
     else

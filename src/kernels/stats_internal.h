@@ -148,6 +148,23 @@ static inline void tbm_stats_count_all(const uint8_t *w, uint64_t count, struct 
         tbm_stats_count1(low, high, tbm_load16(w + 2 * i));
 }
 
+/* The table without a mask on a SIMD level, where every element is kept:
+ * the level's round (inlined, as this is) reads the patterns from the
+ * weights themselves; the tail, shorter than a round, is counted one by
+ * one. */
+TBM_INLINE void tbm_stats_count_rounds(const uint8_t *w, uint64_t count, struct tbm_stats_acc *a,
+                                       void (*round)(uint16_t *low, uint64_t *high,
+                                                     const uint8_t *at))
+{
+    uint64_t i = 0;
+
+    for (; count - i >= TBM_STATS_ROUND; i += TBM_STATS_ROUND) {
+        tbm_stats_prefetch_at(w + 2 * i, TBM_STATS_PREFETCH);
+        round(a->low, a->high, w + 2 * i);
+    }
+    tbm_stats_count_all(w + 2 * i, count - i, a);
+}
+
 /* Knuth's TwoSum: s + x exactly as the new s plus an error added to c.
  * Branch-free (unlike Neumaier's), so vector lanes do the same six
  * operations; the SIMD paths call this very code for their flushes. */
