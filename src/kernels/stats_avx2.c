@@ -222,9 +222,6 @@ void tbm_stats_hist_avx2(enum tbm_precision prec, const void *weights, const uin
     stats_hist_simd(prec, weights, mask, m, count, h);
 }
 
-/* Elements per chunk of the table's loop, whose kept patterns idx holds. */
-#define COUNT_CHUNK 4096
-
 /* The patterns of the 16 fp16 or bf16 at w whose bits are set, in order,
  * to out (all 16 entries may be written); returns how many. Two halves of
  * 8, each moved by a byte shuffle made from tbm_stats_compact8. */
@@ -281,13 +278,14 @@ TBM_INLINE void count_round(uint16_t *low, uint64_t *high, const uint8_t *at)
     tbm_stats_count_spread(low, high, first, (uint32_t)_mm_popcnt_u64(bits) / 2, spread);
 }
 
-/* One chunk (n <= COUNT_CHUNK): the patterns of its kept elements into idx
+/* One chunk (n <= TBM_STATS_CHUNK): the patterns of its kept elements into idx
  * after the k there, 16 or (with whole mask blocks) 64 elements at a time,
  * counted a round at a time as they come. Returns how many it leaves at the
  * front of idx for the next chunk to count. */
 TBM_INLINE size_t count_chunk(const uint8_t *w, size_t n, bool blocks, struct tbm_mask_stream *s,
                               uint16_t *idx, size_t k, struct tbm_stats_acc *a)
 {
+    const uint32_t block_bytes = tbm_mask_block_bytes(s->m);
     uint16_t *low = a->low;
     uint64_t *high = a->high;
     size_t i = 0, j = 0;
@@ -296,9 +294,9 @@ TBM_INLINE size_t count_chunk(const uint8_t *w, size_t n, bool blocks, struct tb
         if (blocks && s->pending == 0 && n - i >= 64) {
             uint64_t bits;
 
-            tbm_stats_prefetch(w + 2 * i, s->next, s->m);
+            tbm_stats_prefetch(w + 2 * i, s->next, block_bytes);
             bits = tbm_mask_block_bits(s->m, s->next);
-            s->next += tbm_mask_block_bytes(s->m);
+            s->next += block_bytes;
             for (unsigned q = 0; q < 4; q++)
                 k +=
                     compact16(w + 2 * (i + 16 * q), (uint32_t)(bits >> (16 * q) & 0xFFFF), idx + k);
@@ -330,7 +328,7 @@ void tbm_stats_count_avx2(const void *weights, const uint8_t *mask, uint32_t m, 
     struct tbm_mask_stream s;
     /* entries left uncounted by the last chunk (fewer than a round and the
      * lag), a chunk's, and the 16 a compaction may write past them */
-    uint16_t idx[TBM_STATS_ROUND + TBM_STATS_LAG + COUNT_CHUNK + 16];
+    uint16_t idx[TBM_STATS_ROUND + TBM_STATS_LAG + TBM_STATS_CHUNK + 16];
     size_t k = 0;
 
     if (mask == NULL) {
@@ -339,7 +337,7 @@ void tbm_stats_count_avx2(const void *weights, const uint8_t *mask, uint32_t m, 
     }
     tbm_mask_stream_init(&s, mask, m, 0);
     for (uint64_t done = 0; done < count;) {
-        size_t n = count - done < COUNT_CHUNK ? (size_t)(count - done) : COUNT_CHUNK;
+        size_t n = count - done < TBM_STATS_CHUNK ? (size_t)(count - done) : TBM_STATS_CHUNK;
 
         k = count_chunk(w + 2 * done, n, tbm_mask_blocks(m), &s, idx, k, a);
         done += n;

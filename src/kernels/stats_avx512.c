@@ -202,9 +202,6 @@ void tbm_stats_hist_avx512(enum tbm_precision prec, const void *weights, const u
     stats_hist_simd(prec, weights, mask, m, count, h);
 }
 
-/* Elements per chunk of the table's loop, whose kept patterns idx holds. */
-#define COUNT_CHUNK 4096
-
 /* VBMI2's vpcompressw moves the kept ones of 32 patterns to the front of a
  * register at once, where the AVX2 loop needs four byte shuffles (and their
  * table loads): bench_stats 13.7 ms against the AVX2 loop's 16.4. */
@@ -242,42 +239,66 @@ TBM_INLINE void count_round(uint16_t *low, uint64_t *high, const uint8_t *at)
     tbm_stats_count_spread(low, high, first, (uint32_t)_mm_popcnt_u32(same), spread);
 }
 
-/* One chunk (n <= COUNT_CHUNK): the patterns of its kept elements into idx
- * after the k there, 32 at a time (the two halves of a 64-element block when
- * the mask has whole ones; a masked load for fewer, so that a chunk's tail
- * needs no scalar loop), counted a round at a time as they come. Returns how
- * many it leaves at the front of idx for the next chunk to count. */
+/* The patterns of the kept elements of the 64-element block at w (bits its
+ * mask) to out, which takes 64 entries; returns how many. The kept ones of
+ * each half are compressed, and the second half's moved up behind the
+ * first's, so that a block with at most 32 (every block of 2:4) is one
+ * store: the counting is bound by stores, one a cycle here, and a second
+ * per block took 3% of bench_stats. */
+TBM_INLINE COMPRESS size_t compact_block(const uint8_t *w, uint64_t bits, uint16_t *out)
+{
+    const __m512i lane =
+        _mm512_set_epi16(31, 30, 29, 28, 27, 26, 25, 24, 23, 22, 21, 20, 19, 18, 17, 16, 15, 14, 13,
+                         12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+    __mmask32 keep0 = (__mmask32)bits, keep1 = (__mmask32)(bits >> 32);
+    __m512i x0 = _mm512_maskz_compress_epi16(keep0, _mm512_loadu_si512(w));
+    __m512i x1 = _mm512_maskz_compress_epi16(keep1, _mm512_loadu_si512(w + 64));
+    uint32_t n0 = (uint32_t)_mm_popcnt_u32(keep0), n1 = (uint32_t)_mm_popcnt_u32(keep1);
+    /* lanes n0 on take x1's from 0 (the shift of 32 bits when n0 is 32
+     * is made in 64) */
+    __mmask32 behind = (__mmask32)(UINT64_C(0xFFFFFFFF) << n0);
+
+    _mm512_storeu_si512(out,
+                        _mm512_mask_permutexvar_epi16(
+                            x0, behind, _mm512_sub_epi16(lane, _mm512_set1_epi16((short)n0)), x1));
+    if (n0 + n1 > 32)
+        _mm512_storeu_si512(out + 32,
+                            _mm512_permutexvar_epi16(
+                                _mm512_add_epi16(lane, _mm512_set1_epi16((short)(32 - n0))), x1));
+    return n0 + n1;
+}
+
+/* One chunk (n <= TBM_STATS_CHUNK): the patterns of its kept elements into
+ * idx after the k there, a 64-element block at a time when the mask has
+ * whole ones, else 32 (a masked load for fewer, so that a chunk's tail needs
+ * no scalar loop), counted a round at a time as they come. Returns how many
+ * it leaves at the front of idx for the next chunk to count. */
 TBM_INLINE COMPRESS size_t count_chunk(const uint8_t *w, size_t n, bool blocks,
                                        struct tbm_mask_stream *s, uint16_t *idx, size_t k,
                                        struct tbm_stats_acc *a)
 {
+    const uint32_t block_bytes = tbm_mask_block_bytes(s->m);
     uint16_t *low = a->low;
     uint64_t *high = a->high;
     size_t i = 0, j = 0;
 
     while (i < n) {
-        uint64_t bits;
-        size_t len;
-
         if (blocks && s->pending == 0 && n - i >= 64) {
-            tbm_stats_prefetch(w + 2 * i, s->next, s->m);
-            bits = tbm_mask_block_bits(s->m, s->next);
-            s->next += tbm_mask_block_bytes(s->m);
-            len = 64;
+            tbm_stats_prefetch(w + 2 * i, s->next, block_bytes);
+            k += compact_block(w + 2 * i, tbm_mask_block_bits(s->m, s->next), idx + k);
+            s->next += block_bytes;
+            i += 64;
         } else {
-            len = n - i < 32 ? n - i : 32;
-            bits = tbm_mask_stream_take(s, (uint32_t)len);
-        }
-        for (size_t h = 0; h < len; h += 32) {
-            __mmask32 keep = (__mmask32)(bits >> h);
+            size_t len = n - i < 32 ? n - i : 32;
+            __mmask32 keep = (__mmask32)tbm_mask_stream_take(s, (uint32_t)len);
             /* a masked load of 16-bit elements costs 3 plain ones on Zen 5 */
-            __m512i x = len - h >= 32 ? _mm512_loadu_si512(w + 2 * (i + h))
-                                      : _mm512_maskz_loadu_epi16(keep, w + 2 * (i + h));
+            __m512i x = len == 32 ? _mm512_loadu_si512(w + 2 * i)
+                                  : _mm512_maskz_loadu_epi16(keep, w + 2 * i);
 
             _mm512_storeu_si512(idx + k, _mm512_maskz_compress_epi16(keep, x));
             k += (size_t)_mm_popcnt_u32(keep);
+            i += len;
         }
-        i += len;
         for (; k - j >= TBM_STATS_ROUND + TBM_STATS_LAG; j += TBM_STATS_ROUND)
             count_round(low, high, (const uint8_t *)(idx + j));
     }
@@ -291,12 +312,12 @@ static COMPRESS void count_compress(const uint8_t *w, const uint8_t *mask, uint3
     struct tbm_mask_stream s;
     /* entries left uncounted by the last chunk (fewer than a round and the
      * lag), a chunk's, and the 32 a compaction may write past them */
-    uint16_t idx[TBM_STATS_ROUND + TBM_STATS_LAG + COUNT_CHUNK + 32];
+    uint16_t idx[TBM_STATS_ROUND + TBM_STATS_LAG + TBM_STATS_CHUNK + 32];
     size_t k = 0;
 
     tbm_mask_stream_init(&s, mask, m, 0);
     for (uint64_t done = 0; done < count;) {
-        size_t n = count - done < COUNT_CHUNK ? (size_t)(count - done) : COUNT_CHUNK;
+        size_t n = count - done < TBM_STATS_CHUNK ? (size_t)(count - done) : TBM_STATS_CHUNK;
 
         k = count_chunk(w + 2 * done, n, tbm_mask_blocks(m), &s, idx, k, a);
         done += n;

@@ -290,8 +290,14 @@ static void test_stats_random(void **state)
     (void)state;
     for (size_t p = 0; p < 4; p++) {
         for (uint32_t m = 0; m <= 32; m++) {
-            uint64_t counts[] = {
-                1, 15, 17, 64 * (m ? m : 1), 1000 + rnd() % 5000, 9000 + rnd() % 64};
+            /* the last past two chunks of the SIMD table loops (16 Ki) */
+            uint64_t counts[] = {1,
+                                 15,
+                                 17,
+                                 64 * (m ? m : 1),
+                                 1000 + rnd() % 5000,
+                                 9000 + rnd() % 64,
+                                 40000 + rnd() % 64};
 
             for (size_t c = 0; c < sizeof counts / sizeof counts[0]; c++) {
                 uint64_t count = counts[c];
@@ -306,7 +312,9 @@ static void test_stats_random(void **state)
                 random_mask(mask, mask_bytes(m, count));
                 check_paths(precs[p], w, m ? mask : NULL, m, count);
                 if (c == 4) {
-                    /* all pruned, then all kept NaN */
+                    /* all kept, all pruned, then all kept NaN */
+                    memset(mask, 0xFF, mask_bytes(m, count));
+                    check_paths(precs[p], w, m ? mask : NULL, m, count);
                     memset(mask, 0, mask_bytes(m, count));
                     check_paths(precs[p], w, m ? mask : NULL, m, count);
                     memset(w, 0xFF, count * size);
