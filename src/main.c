@@ -36,6 +36,7 @@ struct cli {
     /* -o uid=, gid=, umask=: in place of the source's owner and modes */
     unsigned uid, gid, umask;
     int set_uid, set_gid, set_umask;
+    int set_max_threads; /* -o max_threads= given: libfuse's, as given */
 };
 
 /* Bytes per read request. Smaller than the kernel's 1 MiB ceiling on
@@ -45,7 +46,24 @@ struct cli {
  * against 3.6 GB/s with 1 MiB, first buffered reads 3.2 against 2.9. */
 #define MAX_READ_DEFAULT (512u << 10)
 
-enum { KEY_CHECK, KEY_MAX_READ, KEY_CACHE_SIZE, KEY_HTTP_HEADER };
+/* FUSE workers at most, unless -o max_threads= says: twice the CPUs, 4 at
+ * least, and no more than libfuse's own 10. On 2 CPUs, first reads of a
+ * 2 GiB dense.f32 with 10 workers fell to 1.1-1.7 GiB/s in 5 of 15 fresh
+ * mounts, with 4 (or 2) never below 2.1 (medians 2.41, 2.60 and 2.57
+ * GiB/s). In the slow mounts 8 to 10 workers ran, and the kernel's copy of
+ * the replies out of the workers' buffers took half the CPU time, against
+ * 6% with 4 or 5 workers: the more workers take turns on a CPU, the less
+ * of a buffer is still in its caches when the reply is copied. Reads that
+ * wait on an HTTP server were no slower with 2 workers than with 10. */
+static unsigned default_workers(void)
+{
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    long n = cpus > 0 ? 2 * cpus : 4;
+
+    return n < 4 ? 4 : n > 10 ? 10 : (unsigned)n;
+}
+
+enum { KEY_CHECK, KEY_MAX_READ, KEY_MAX_THREADS, KEY_CACHE_SIZE, KEY_HTTP_HEADER };
 
 static const struct fuse_opt cli_opts[] = {
     {"strict", offsetof(struct cli, strict), 1},
@@ -53,6 +71,7 @@ static const struct fuse_opt cli_opts[] = {
     {"selftest_batch=%u", offsetof(struct cli, batch), 0},
     FUSE_OPT_KEY("--check", KEY_CHECK),
     FUSE_OPT_KEY("max_read=", KEY_MAX_READ),
+    FUSE_OPT_KEY("max_threads=", KEY_MAX_THREADS),
     FUSE_OPT_KEY("cache_size=", KEY_CACHE_SIZE),
     FUSE_OPT_KEY("http_header=", KEY_HTTP_HEADER),
     {"http_timeout=%u", offsetof(struct cli, http_timeout), 0},
@@ -135,6 +154,10 @@ static int cli_proc(void *data, const char *arg, int key, struct fuse_args *outa
         cli->max_read = (unsigned)v;
         return 0;
     }
+    if (key == KEY_MAX_THREADS) {
+        cli->set_max_threads = 1;
+        return 1; /* kept for fuse_parse_cmdline */
+    }
     if (key == KEY_CACHE_SIZE)
         return parse_cache_size(cli, arg);
     if (key == KEY_HTTP_HEADER)
@@ -161,6 +184,8 @@ static void usage(const char *prog)
            "                           most 1024; 1 compares with cblas_sgemv)\n"
            "    -o max_read=N          bytes per read request, at least 4096 (default\n"
            "                           %u; the kernel caps it at 1 MiB)\n"
+           "    -o max_threads=N       FUSE workers at most (default twice the CPUs,\n"
+           "                           at least 4, at most 10: here %u)\n"
            "    -o nosplice            read the views that are bytes of the source\n"
            "                           (raw.tb, weights.bin, mask.bin, unmasked fp32\n"
            "                           dense views) into a buffer instead of splicing\n"
@@ -170,7 +195,7 @@ static void usage(const char *prog)
            "    -o http_header=\"Name: value\"  http(s):// SOURCE: a header sent with every\n"
            "                           request (repeatable)\n"
            "    TBMFS_KERNELS=scalar|avx2|avx512 in the environment forces a kernel\n\n",
-           prog, prog, MAX_READ_DEFAULT);
+           prog, prog, MAX_READ_DEFAULT, default_workers());
 }
 
 /* A manifest keeps one open file per tensor for the whole mount, so the
@@ -539,6 +564,8 @@ int main(int argc, char *argv[])
     }
     if (fuse_parse_cmdline(&args, &opts) != 0)
         goto out;
+    if (!cli.set_max_threads)
+        opts.max_threads = default_workers();
     if (opts.show_help) {
         usage(argv[0]);
         fuse_cmdline_help();

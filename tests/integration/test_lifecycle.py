@@ -1,11 +1,14 @@
 #!/usr/bin/python3
 """Integration test of the daemon's life: backgrounding by default only once the mount is
 usable, -f staying in the foreground and exiting 0 on fusermount3 -u, SIGTERM and SIGINT,
-the mount helper (mount -t fuse.tbmfs), -s, -V, TBMFS_KERNELS and clean unmounts."""
+the mount helper (mount -t fuse.tbmfs), -s, -V, -o max_read and max_threads, TBMFS_KERNELS
+and clean unmounts."""
 
+import mmap
 import os
 import signal
 import subprocess
+import threading
 import time
 
 import harness
@@ -110,6 +113,7 @@ def options(suite, src, cont):
     suite.case("options: mount -t fuse -o ro TBMFS#SOURCE (mount helper)", mount_helper)
     helper.stop()
     max_read(suite, suite.tmp)
+    workers(suite, suite.tmp)
 
 
 def mount_options(path):
@@ -186,6 +190,65 @@ def max_read(suite, tmp):
             check("max_read=" + bad in err, "message %r does not name the option" % err)
 
     suite.case("options: -o max_read=lots, =100, =+8192 are refused", refused)
+
+
+def busy_tasks(m, path):
+    """The daemon's threads after 16 readers have kept O_DIRECT reads of path going for a
+    second: each a request a worker computes, so libfuse starts all the workers it may."""
+    stop = time.monotonic() + 1.0
+    errors = []
+
+    def reader(k):
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECT)
+        buf = mmap.mmap(-1, 65536)
+        try:
+            i = k
+            while time.monotonic() < stop:
+                os.preadv(fd, [buf], (i % 16) * 65536)
+                i += 1
+        except OSError as e:
+            errors.append(e)
+        finally:
+            os.close(fd)
+
+    threads = [threading.Thread(target=reader, args=(k,)) for k in range(16)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    eq(errors, [], "reads of %s" % path)
+    return len(os.listdir("/proc/%d/task" % m.pid))
+
+
+def workers(suite, tmp):
+    # At most twice the CPUs (4 to 10) FUSE workers unless -o max_threads says. The mount
+    # with one worker tells how many of the daemon's threads are not workers; the one with
+    # 10 that the load would have had more workers than the default allows.
+    src = os.path.join(tmp, "workers.tbm")
+    models.write_container(gen, src, [
+        gen.make_tensor("large", [512, 512], "fp32", (2, 4), 41, conflicts=4096)])
+    cpus = os.sysconf("SC_NPROCESSORS_ONLN")
+    default = min(10, max(4, 2 * cpus))
+    mounts = {"one": Mount(suite, src, args=["-o", "max_threads=1"]),
+              "default": Mount(suite, src),
+              "ten": Mount(suite, src, args=["-o", "max_threads=10"])}
+
+    def capped():
+        for key, m in mounts.items():
+            eq(m.start(), 0, "%s: exit code (%s)" % (key, m.err.strip()))
+        tasks = {key: busy_tasks(m, m.p("tensors", "large", "dense.f32"))
+                 for key, m in mounts.items()}
+        others = tasks["one"] - 1
+        check(0 < tasks["default"] - others <= default,
+              "default: %d workers, more than %d" % (tasks["default"] - others, default))
+        if default < 10:
+            check(tasks["ten"] - others > default,
+                  "-o max_threads=10: only %d workers under the load" % (tasks["ten"] - others))
+
+    suite.case("options: FUSE workers are at most twice the CPUs (4 to 10) unless "
+               "-o max_threads=N", capped)
+    for m in mounts.values():
+        m.stop()
 
 
 def kernels(suite, src):
