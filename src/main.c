@@ -4,6 +4,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <pthread.h>
+#include <sched.h>
 #include <time.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -46,18 +47,21 @@ struct cli {
  * against 3.6 GB/s with 1 MiB, first buffered reads 3.2 against 2.9. */
 #define MAX_READ_DEFAULT (512u << 10)
 
-/* FUSE workers at most, unless -o max_threads= says: twice the CPUs, 4 at
- * least, and no more than libfuse's own 10. On 2 CPUs, first reads of a
- * 2 GiB dense.f32 with 10 workers fell to 1.1-1.7 GiB/s in 5 of 15 fresh
- * mounts, with 4 (or 2) never below 2.1 (medians 2.41, 2.60 and 2.57
- * GiB/s). In the slow mounts 8 to 10 workers ran, and the kernel's copy of
- * the replies out of the workers' buffers took half the CPU time, against
- * 6% with 4 or 5 workers: the more workers take turns on a CPU, the less
- * of a buffer is still in its caches when the reply is copied. Reads that
- * wait on an HTTP server were no slower with 2 workers than with 10. */
+/* FUSE workers at most, unless -o max_threads= says: twice the CPUs this
+ * process may run on, 4 at least, and no more than libfuse's own 10. On 2
+ * CPUs, in one run of fresh mounts side by side, first reads of a 2 GiB
+ * dense.f32 with 10 workers fell to 1.1-1.7 GiB/s in 5 of 15 mounts; with
+ * 4 (or 2) none was below 2.1 (medians 2.41, 2.60 and 2.57 GiB/s). In the
+ * slow mounts 8 to 10 workers ran, and the kernel's copy of the replies out
+ * of the workers' buffers took half the CPU time, against 6% with 4 or 5
+ * workers: the more workers take turns on a CPU, the less of a buffer is
+ * still in its caches when its reply is copied. Reads that wait on an HTTP
+ * server were no slower with 2 workers than with 10. */
 static unsigned default_workers(void)
 {
-    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    cpu_set_t set;
+    long cpus = sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set)
+                                                             : sysconf(_SC_NPROCESSORS_ONLN);
     long n = cpus > 0 ? 2 * cpus : 4;
 
     return n < 4 ? 4 : n > 10 ? 10 : (unsigned)n;
@@ -184,8 +188,8 @@ static void usage(const char *prog)
            "                           most 1024; 1 compares with cblas_sgemv)\n"
            "    -o max_read=N          bytes per read request, at least 4096 (default\n"
            "                           %u; the kernel caps it at 1 MiB)\n"
-           "    -o max_threads=N       FUSE workers at most (default twice the CPUs,\n"
-           "                           at least 4, at most 10: here %u)\n"
+           "    -o max_threads=N       FUSE workers at most (default twice the CPUs\n"
+           "                           it may run on, at least 4, at most 10: here %u)\n"
            "    -o nosplice            read the views that are bytes of the source\n"
            "                           (raw.tb, weights.bin, mask.bin, unmasked fp32\n"
            "                           dense views) into a buffer instead of splicing\n"

@@ -476,7 +476,7 @@ static char *thread_buf(size_t size)
 {
     pthread_once(&buf_once, make_buf_key);
     struct read_buf *b = pthread_getspecific(buf_key);
-    if (b && b->cap >= size)
+    if (b && b->data && b->cap >= size)
         return b->data;
     if (!b) {
         if (!(b = calloc(1, sizeof(*b))))
@@ -486,9 +486,10 @@ static char *thread_buf(size_t size)
             return NULL;
         }
     }
-    /* a page at least; requests are at most max_read or a listing's size,
-     * far from wrapping */
-    size_t cap = (size + READ_BUF_ALIGN) / READ_BUF_ALIGN * READ_BUF_ALIGN;
+    /* whole pages, one at least; requests are at most max_read or a
+     * listing's size, far from wrapping */
+    size_t cap =
+        size ? (size + READ_BUF_ALIGN - 1) / READ_BUF_ALIGN * READ_BUF_ALIGN : READ_BUF_ALIGN;
     char *data = aligned_alloc(READ_BUF_ALIGN, cap);
     if (!data)
         return NULL;
