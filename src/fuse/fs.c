@@ -450,7 +450,8 @@ static pthread_once_t buf_once = PTHREAD_ONCE_INIT;
  * vectors. 24 bytes past a page, where malloc put it, first reads of a
  * 2 GiB dense.f32 took 0.89 s of CPU per GiB rather than 0.52, and ran at
  * 1.75 GiB/s rather than 3.18; model.safetensors 0.58 rather than 0.56,
- * 2.61 GiB/s rather than 2.75 (medians of 11, fresh mounts side by side). */
+ * 2.61 GiB/s rather than 2.75 (medians of 11, fresh mounts side by side,
+ * 2 CPUs, libfuse's 10 workers). */
 struct read_buf {
     size_t cap;
     char *data;
