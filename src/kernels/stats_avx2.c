@@ -256,14 +256,9 @@ TBM_INLINE void count_round(uint16_t *low, uint64_t *high, const uint8_t *at)
         same[h] = _mm256_cmpeq_epi16(_mm256_loadu_si256((const __m256i *)(at + 32 * h)), match);
     bits = (uint32_t)_mm256_movemask_epi8(same[0]) |
            (uint64_t)(uint32_t)_mm256_movemask_epi8(same[1]) << 32;
-    if (bits == 3) {
-        tbm_stats_count_round(low, high, at);
+    uint32_t repeats = (uint32_t)_mm_popcnt_u64(bits) / 2;
+    if (tbm_stats_count_unspread(low, high, at, first, repeats))
         return;
-    }
-    if (bits == UINT64_MAX) {
-        tbm_stats_add(low, high, first, TBM_STATS_ROUND);
-        return;
-    }
     for (unsigned e = 0; e < 4; e++) {
         __m128i x = _mm_loadu_si128((const __m128i *)(at + 16 * e));
         __m128i s =
@@ -275,13 +270,11 @@ TBM_INLINE void count_round(uint16_t *low, uint64_t *high, const uint8_t *at)
             (__m256i *)(spread + 8 * e),
             _mm256_blendv_epi8(_mm256_cvtepu16_epi32(x), spare, _mm256_cvtepi16_epi32(s)));
     }
-    tbm_stats_count_spread(low, high, first, (uint32_t)_mm_popcnt_u64(bits) / 2, spread);
+    tbm_stats_count_spread(low, high, first, repeats, spread);
 }
 
-/* One chunk (n <= TBM_STATS_CHUNK): the patterns of its kept elements into idx
- * after the k there, 16 or (with whole mask blocks) 64 elements at a time,
- * counted a round at a time as they come. Returns how many it leaves at the
- * front of idx for the next chunk to count. */
+/* The level's chunk (tbm_stats_chunk_fn): 16 elements compacted at a time,
+ * or 64 with whole mask blocks. */
 TBM_INLINE size_t count_chunk(const uint8_t *w, size_t n, bool blocks, struct tbm_mask_stream *s,
                               uint16_t *idx, size_t k, struct tbm_stats_acc *a)
 {
@@ -324,25 +317,15 @@ TBM_INLINE size_t count_chunk(const uint8_t *w, size_t n, bool blocks, struct tb
 void tbm_stats_count_avx2(const void *weights, const uint8_t *mask, uint32_t m, uint64_t count,
                           struct tbm_stats_acc *a)
 {
-    const uint8_t *w = weights;
-    struct tbm_mask_stream s;
     /* entries left uncounted by the last chunk (fewer than a round and the
      * lag), a chunk's, and the 16 a compaction may write past them */
     uint16_t idx[TBM_STATS_ROUND + TBM_STATS_LAG + TBM_STATS_CHUNK + 16];
-    size_t k = 0;
 
     if (mask == NULL) {
-        tbm_stats_count_rounds(w, count, a, count_round);
+        tbm_stats_count_rounds(weights, count, a, count_round);
         return;
     }
-    tbm_mask_stream_init(&s, mask, m, 0);
-    for (uint64_t done = 0; done < count;) {
-        size_t n = count - done < TBM_STATS_CHUNK ? (size_t)(count - done) : TBM_STATS_CHUNK;
-
-        k = count_chunk(w + 2 * done, n, tbm_mask_blocks(m), &s, idx, k, a);
-        done += n;
-    }
-    tbm_stats_count_patterns(a->low, a->high, idx, k);
+    tbm_stats_count_chunks(weights, mask, m, count, a, idx, count_chunk);
 }
 
 uint64_t tbm_mask_kept_avx2(const uint8_t *mask, uint32_t m, uint64_t first, uint64_t count)

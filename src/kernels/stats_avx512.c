@@ -219,16 +219,11 @@ TBM_INLINE void count_round(uint16_t *low, uint64_t *high, const uint8_t *at)
     uint32_t first = tbm_load16(at);
     __m512i x = _mm512_loadu_si512(at);
     __mmask32 same = _mm512_cmpeq_epi16_mask(x, _mm512_set1_epi16((short)first));
+    uint32_t repeats = (uint32_t)_mm_popcnt_u32(same);
     uint32_t spread[TBM_STATS_ROUND];
 
-    if (same == 1) {
-        tbm_stats_count_round(low, high, at);
+    if (tbm_stats_count_unspread(low, high, at, first, repeats))
         return;
-    }
-    if (same == UINT32_MAX) {
-        tbm_stats_add(low, high, first, TBM_STATS_ROUND);
-        return;
-    }
     for (unsigned h = 0; h < 2; h++) {
         __m256i half = h ? _mm512_extracti64x4_epi64(x, 1) : _mm512_castsi512_si256(x);
 
@@ -237,14 +232,12 @@ TBM_INLINE void count_round(uint16_t *low, uint64_t *high, const uint8_t *at)
             _mm512_mask_mov_epi32(_mm512_cvtepu16_epi32(half), (__mmask16)(same >> (16 * h)),
                                   _mm512_add_epi32(spare, _mm512_set1_epi32(16 * (int)h))));
     }
-    tbm_stats_count_spread(low, high, first, (uint32_t)_mm_popcnt_u32(same), spread);
+    tbm_stats_count_spread(low, high, first, repeats, spread);
 }
 
-/* One chunk (n <= TBM_STATS_CHUNK): the patterns of its kept elements into idx
- * after the k there, 32 at a time (the two halves of a 64-element block when
- * the mask has whole ones; a masked load for fewer, so that a chunk's tail
- * needs no scalar loop), counted a round at a time as they come. Returns how
- * many it leaves at the front of idx for the next chunk to count. */
+/* The level's chunk (tbm_stats_chunk_fn): 32 elements compacted at a time
+ * (the two halves of a 64-element block when the mask has whole ones; a
+ * masked load for fewer, so that a chunk's tail needs no scalar loop). */
 TBM_INLINE COMPRESS size_t count_chunk(const uint8_t *w, size_t n, bool blocks,
                                        struct tbm_mask_stream *s, uint16_t *idx, size_t k,
                                        struct tbm_stats_acc *a)
@@ -287,20 +280,11 @@ TBM_INLINE COMPRESS size_t count_chunk(const uint8_t *w, size_t n, bool blocks,
 static COMPRESS void count_compress(const uint8_t *w, const uint8_t *mask, uint32_t m,
                                     uint64_t count, struct tbm_stats_acc *a)
 {
-    struct tbm_mask_stream s;
     /* entries left uncounted by the last chunk (fewer than a round and the
      * lag), a chunk's, and the 32 a compaction may write past them */
     uint16_t idx[TBM_STATS_ROUND + TBM_STATS_LAG + TBM_STATS_CHUNK + 32];
-    size_t k = 0;
 
-    tbm_mask_stream_init(&s, mask, m, 0);
-    for (uint64_t done = 0; done < count;) {
-        size_t n = count - done < TBM_STATS_CHUNK ? (size_t)(count - done) : TBM_STATS_CHUNK;
-
-        k = count_chunk(w + 2 * done, n, tbm_mask_blocks(m), &s, idx, k, a);
-        done += n;
-    }
-    tbm_stats_count_patterns(a->low, a->high, idx, k);
+    tbm_stats_count_chunks(w, mask, m, count, a, idx, count_chunk);
 }
 
 /* The AVX-512 level does not require VBMI2 (Skylake-X and Cascade Lake lack

@@ -120,6 +120,22 @@ static inline void tbm_stats_add(uint16_t *low, uint64_t *high, uint32_t p, uint
         high[p] += 65536;
 }
 
+/* The two kinds of round that need no spreading, by repeats, how many of
+ * its entries equal the first (the first included): 1, counted one by one
+ * (the usual case), or all of them, added at once. Returns whether the round
+ * at at was one of them; the levels spread the rest. */
+TBM_INLINE bool tbm_stats_count_unspread(uint16_t *low, uint64_t *high, const uint8_t *at,
+                                         uint32_t first, uint32_t repeats)
+{
+    if (repeats == 1)
+        tbm_stats_count_round(low, high, at);
+    else if (repeats == TBM_STATS_ROUND)
+        tbm_stats_add(low, high, first, TBM_STATS_ROUND);
+    else
+        return false;
+    return true;
+}
+
 /* A round in which some entries after the first repeat it: the first and
  * its repeats are counted at once, and their increments go to spare
  * counters past the patterns', one per position, whose counts mean nothing.
@@ -171,6 +187,35 @@ TBM_INLINE void tbm_stats_count_rounds(const uint8_t *w, uint64_t count, struct 
         round(a->low, a->high, w + 2 * i);
     }
     tbm_stats_count_all(w + 2 * i, count - i, a);
+}
+
+/* One chunk of the masked table on a SIMD level (n <= TBM_STATS_CHUNK
+ * elements from w, their mask bits from s): its kept patterns into idx after
+ * the k there, counted a round at a time as they come; returns how many it
+ * leaves at the front of idx for the next chunk. */
+typedef size_t tbm_stats_chunk_fn(const uint8_t *w, size_t n, bool blocks,
+                                  struct tbm_mask_stream *s, uint16_t *idx, size_t k,
+                                  struct tbm_stats_acc *a);
+
+/* The table with a mask on a SIMD level: the level's chunk (inlined, as this
+ * is) over each TBM_STATS_CHUNK elements in turn, with idx (room for the
+ * entries a chunk leaves, a chunk's, and what the level's compaction may
+ * write past them); what the last leaves is counted one by one. */
+TBM_INLINE void tbm_stats_count_chunks(const uint8_t *w, const uint8_t *mask, uint32_t m,
+                                       uint64_t count, struct tbm_stats_acc *a, uint16_t *idx,
+                                       tbm_stats_chunk_fn *chunk)
+{
+    struct tbm_mask_stream s;
+    size_t k = 0;
+
+    tbm_mask_stream_init(&s, mask, m, 0);
+    for (uint64_t done = 0; done < count;) {
+        size_t n = count - done < TBM_STATS_CHUNK ? (size_t)(count - done) : TBM_STATS_CHUNK;
+
+        k = chunk(w + 2 * done, n, tbm_mask_blocks(m), &s, idx, k, a);
+        done += n;
+    }
+    tbm_stats_count_patterns(a->low, a->high, idx, k);
 }
 
 /* Knuth's TwoSum: s + x exactly as the new s plus an error added to c.
