@@ -6,6 +6,9 @@
 #include <stdbool.h>
 #include <stdint.h>
 #include <string.h>
+#if defined(__AVX512F__) && defined(__BMI2__)
+#include <immintrin.h>
+#endif
 
 #include "tbm/kernels.h"
 
@@ -197,9 +200,22 @@ static inline uint64_t tbm_pack_bits4(uint64_t x)
     return (x | x >> 16) & 0xFFFFFFFF;
 }
 
-/* Element bits of the 64-element block whose first group's word is at mask.
- * Shifts and multiplies rather than pext, which is microcoded on AMD before
- * Zen 3, CPUs that run the AVX2 path. */
+/* The low n (1, 2 or 4) bits of each of 8 bytes, packed. The AVX-512 level
+ * (built with BMI2) takes pext, one instruction where the shifts take eleven
+ * (tbm_mask_apply on 2:4 bf16, Zen 5: 4.5 cycles per 64-element block
+ * against 7.8), and fast on every CPU with AVX-512; the other levels shift
+ * and multiply, as pext is microcoded on AMD before Zen 3, CPUs that run the
+ * AVX2 path. */
+static inline uint64_t tbm_pack_bits(uint64_t x, unsigned n)
+{
+#if defined(__AVX512F__) && defined(__BMI2__)
+    return _pext_u64(x, UINT64_C(0x0101010101010101) * ((1u << n) - 1));
+#else
+    return n == 1 ? tbm_pack_bits1(x) : n == 2 ? tbm_pack_bits2(x) : tbm_pack_bits4(x);
+#endif
+}
+
+/* Element bits of the 64-element block whose first group's word is at mask. */
 static inline uint64_t tbm_mask_block_bits(uint32_t m, const uint8_t *mask)
 {
     uint64_t bits = 0;
@@ -207,14 +223,14 @@ static inline uint64_t tbm_mask_block_bits(uint32_t m, const uint8_t *mask)
     switch (m) {
     case 1:
         for (unsigned i = 0; i < 8; i++)
-            bits |= tbm_pack_bits1(tbm_load64(mask + 8 * i)) << (8 * i);
+            bits |= tbm_pack_bits(tbm_load64(mask + 8 * i), 1) << (8 * i);
         return bits;
     case 2:
         for (unsigned i = 0; i < 4; i++)
-            bits |= tbm_pack_bits2(tbm_load64(mask + 8 * i)) << (16 * i);
+            bits |= tbm_pack_bits(tbm_load64(mask + 8 * i), 2) << (16 * i);
         return bits;
     case 4:
-        return tbm_pack_bits4(tbm_load64(mask)) | tbm_pack_bits4(tbm_load64(mask + 8)) << 32;
+        return tbm_pack_bits(tbm_load64(mask), 4) | tbm_pack_bits(tbm_load64(mask + 8), 4) << 32;
     }
     /* m = 8, 16, 32: every bit of the words names an element */
     return tbm_load64(mask);

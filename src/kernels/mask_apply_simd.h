@@ -32,6 +32,39 @@ TBM_INLINE bool apply_stream(size_t es, uint8_t *w, struct tbm_mask_stream *s, s
     return changed;
 }
 
+/* blocks 64-element blocks at w, their bits straight from the mask words. */
+TBM_INLINE bool apply_blocks(size_t es, uint8_t *w, const uint8_t *mask, uint32_t m, size_t blocks)
+{
+    bool changed = false;
+
+    for (size_t b = 0; b < blocks; b++)
+        changed |= clear64(es, w + 64 * es * b,
+                           tbm_mask_block_bits(m, mask + b * tbm_mask_block_bytes(m)));
+    return changed;
+}
+
+/* The same with m a constant in each copy: with m a variable, the loop
+ * chose its way to the bits every block and kept its answer on the stack
+ * (AVX-512, 2:4 bf16 in a hot buffer, Zen 5: 8.4 cycles per block against
+ * 7.8). */
+TBM_INLINE bool apply_blocks_of(size_t es, uint8_t *w, const uint8_t *mask, uint32_t m,
+                                size_t blocks)
+{
+    switch (m) {
+    case 1:
+        return apply_blocks(es, w, mask, 1, blocks);
+    case 2:
+        return apply_blocks(es, w, mask, 2, blocks);
+    case 4:
+        return apply_blocks(es, w, mask, 4, blocks);
+    case 8:
+        return apply_blocks(es, w, mask, 8, blocks);
+    case 16:
+        return apply_blocks(es, w, mask, 16, blocks);
+    }
+    return apply_blocks(es, w, mask, 32, blocks);
+}
+
 /* Any m goes through the bit stream; for the common m, once the range has
  * reached a group boundary, 64-element blocks take their bits straight from
  * the mask words, as in expand_simd.h. */
@@ -51,9 +84,7 @@ TBM_INLINE bool apply(size_t es, uint8_t *w, const uint8_t *mask, uint32_t m, ui
         size_t blocks = (count - head) / 64;
 
         changed |= apply_stream(es, w, &s, head);
-        for (size_t b = 0; b < blocks; b++)
-            changed |= clear64(es, w + (head + 64 * b) * es,
-                               tbm_mask_block_bits(m, s.next + b * tbm_mask_block_bytes(m)));
+        changed |= apply_blocks_of(es, w + head * es, s.next, m, blocks);
         s.next += blocks * tbm_mask_block_bytes(m);
         done = head + blocks * 64;
     }
