@@ -3,13 +3,11 @@
  * which the SIMD paths must match bit for bit. */
 #include "internal.h"
 
-bool tbm_mask_apply_scalar(enum tbm_precision prec, void *weights, const uint8_t *mask, uint32_t m,
-                           uint64_t first, size_t count)
+/* count elements of size es from w, the first at position j of its group. */
+static inline bool apply_elements(uint8_t *w, size_t es, const uint8_t *mask, uint32_t m,
+                                  uint32_t j, size_t count)
 {
-    uint8_t *w = weights;
-    size_t es = tbm_precision_size(prec);
     uint32_t word_bytes = tbm_mask_word_bytes(m);
-    uint32_t j = (uint32_t)(first % m); /* position in the current group */
     bool changed = false;
 
     for (size_t k = 0; k < count; k++, w += es) {
@@ -20,6 +18,22 @@ bool tbm_mask_apply_scalar(enum tbm_precision prec, void *weights, const uint8_t
         }
     }
     return changed;
+}
+
+/* One copy of the loop per element size: with es a variable, every element
+ * took a call to memcpy (2:4 bf16, Zen 5: 1.36 s per GiB against 0.29). */
+bool tbm_mask_apply_scalar(enum tbm_precision prec, void *weights, const uint8_t *mask, uint32_t m,
+                           uint64_t first, size_t count)
+{
+    uint32_t j = (uint32_t)(first % m); /* position in the current group */
+
+    switch (tbm_precision_size(prec)) {
+    case 2:
+        return apply_elements(weights, 2, mask, m, j, count);
+    case 4:
+        return apply_elements(weights, 4, mask, m, j, count);
+    }
+    return apply_elements(weights, 8, mask, m, j, count);
 }
 
 bool tbm_mask_apply(enum tbm_isa isa, enum tbm_precision prec, void *weights, const uint8_t *mask,
