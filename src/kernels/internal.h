@@ -200,12 +200,12 @@ static inline uint64_t tbm_pack_bits4(uint64_t x)
     return (x | x >> 16) & 0xFFFFFFFF;
 }
 
-/* The low n (1, 2 or 4) bits of each of 8 bytes, packed. The AVX-512 level
- * (built with BMI2) takes pext, one instruction where the shifts take eleven
- * (tbm_mask_apply on 2:4 bf16, Zen 5: 4.5 cycles per 64-element block
- * against 7.8), and fast on every CPU with AVX-512; the other levels shift
- * and multiply, as pext is microcoded on AMD before Zen 3, CPUs that run the
- * AVX2 path. */
+/* The low n (1, 2 or 4; nothing else) bits of each of 8 bytes, packed. The
+ * AVX-512 level (built with BMI2) takes pext, one instruction where the
+ * shifts take up to eleven (tbm_mask_apply on 2:4 bf16, Zen 5: 4.5 cycles
+ * per 64-element block against 7.8), fast on every CPU that level runs on;
+ * the other levels shift and multiply, as pext is microcoded on AMD before
+ * Zen 3, CPUs that run the AVX2 path. */
 static inline uint64_t tbm_pack_bits(uint64_t x, unsigned n)
 {
 #if defined(__AVX512F__) && defined(__BMI2__)

@@ -32,8 +32,10 @@ bool tbm_mask_apply_scalar(enum tbm_precision prec, void *weights, const uint8_t
         return apply_elements(weights, 2, mask, m, j, count);
     case 4:
         return apply_elements(weights, 4, mask, m, j, count);
+    case 8:
+        return apply_elements(weights, 8, mask, m, j, count);
     }
-    return apply_elements(weights, 8, mask, m, j, count);
+    return false; /* no size: a precision the format layer rejects */
 }
 
 bool tbm_mask_apply(enum tbm_isa isa, enum tbm_precision prec, void *weights, const uint8_t *mask,

@@ -8,6 +8,8 @@
 #ifndef TBM_KERNELS_MASK_APPLY_SIMD_H
 #define TBM_KERNELS_MASK_APPLY_SIMD_H
 
+#include <assert.h>
+
 #include "internal.h"
 
 /* Up to 64 elements' bits from the stream, which takes 32 at a time. */
@@ -57,11 +59,9 @@ TBM_INLINE bool apply_blocks_of(size_t es, uint8_t *w, const uint8_t *mask, uint
         return apply_blocks(es, w, mask, 2, blocks);
     case 4:
         return apply_blocks(es, w, mask, 4, blocks);
-    case 8:
-        return apply_blocks(es, w, mask, 8, blocks);
-    case 16:
-        return apply_blocks(es, w, mask, 16, blocks);
     }
+    /* 8, 16 and 32 read a block alike: its 8 mask bytes are its 64 bits */
+    assert(m == 8 || m == 16 || m == 32);
     return apply_blocks(es, w, mask, 32, blocks);
 }
 
