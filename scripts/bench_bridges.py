@@ -1,15 +1,26 @@
 #!/usr/bin/python3
 """model.safetensors against what a user would do without it, measured side by side in one run.
 
-A bf16 2:4 model of 1 GiB of weights (one tensor), mounted once. Figures, each the median of
-RUNS (default 3; the Python script runs once, it is slow): `cp model.safetensors` into /dev/shm
-on a fresh mount, against a Python script over header.json and dense.f32 that writes a float32
-safetensors file; first reads (dd to /dev/null, each on a fresh mount) and O_DIRECT reads of
-model.safetensors against raw.tb of the same tensors (throughput of each file's own bytes:
-model.safetensors holds the masked weights, raw.tb the weights and masks). The source stays in
-the page cache throughout. Usage: scripts/bench_bridges.py [RUNS]."""
+A bf16 2:4 model of 1 GiB of weights (one tensor). Figures, each the median of RUNS (default 3;
+the Python script runs once, it is slow): `cp model.safetensors` into /dev/shm on a fresh mount,
+against a Python script over header.json and dense.f32 that writes a float32 safetensors file;
+first reads (dd to /dev/null, each on a fresh mount, model.safetensors and raw.tb in turns whose
+order alternates) and O_DIRECT reads of model.safetensors against raw.tb of the same tensors.
+Throughput is of each file's own bytes (model.safetensors holds the masked weights, raw.tb the
+weights and masks), so the time to read the same tensors is given too, and so is the CPU each
+first read took per GiB, the daemon's (schedstat) and the reader's (rusage): on a machine of few
+CPUs the two share them, and the sum bounds the throughput. The source stays in the page cache
+throughout.
+
+Before each fresh mount 3 GiB of memory is written and freed. A virtual machine whose balloon
+reports free pages to its host (virtio-balloon free page reporting) gives freed memory back,
+and the next touch of each page faults on the host: a first read fills fresh page cache, and
+whichever mount came first after an idle spell paid for those faults. Seen here: writing 1 GiB
+of memory a process had not touched took 0.56-0.72 s, and 1.8 s, or 5.3 s just after boot, when
+the host had taken the memory back. Usage: scripts/bench_bridges.py [RUNS]."""
 
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -49,6 +60,37 @@ def timed(args):
     return time.perf_counter() - t0
 
 
+def pretouch():
+    """Writes and frees 3 GiB of memory, so that a fresh mount's page cache is backed by the
+    host (see the docstring)."""
+    path = "/dev/shm/tbmfs-bench-pretouch"
+    block = b"\1" * (64 << 20)
+    try:
+        with open(path, "wb") as f:
+            for _ in range(48):
+                f.write(block)
+    finally:
+        os.unlink(path)
+
+
+def daemon_pid(mnt):
+    """The pid of the tbmfs daemon serving mnt."""
+    for entry in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open("/proc/%s/cmdline" % entry, "rb") as f:
+                argv = f.read().split(b"\0")
+        except OSError:
+            continue
+        if os.path.basename(argv[0]) == b"tbmfs" and mnt.encode() in argv:
+            return int(entry)
+    raise RuntimeError("no tbmfs daemon serves " + mnt)
+
+
+def children_cpu():
+    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return ru.ru_utime + ru.ru_stime
+
+
 def main():
     runs = int(sys.argv[1]) if len(sys.argv) > 1 else 3
     work = "/var/tmp/tbmfs-bench-bridges"
@@ -70,6 +112,7 @@ def main():
 
     def fresh(measure):
         """measure() on a fresh mount: a first read, not the mount's page cache."""
+        pretouch()
         bench.sh([bench.TBMFS, src, mnt])
         try:
             return measure()
@@ -81,11 +124,18 @@ def main():
         os.unlink(out_st)
         return t
 
-    cps, st_first, raw_first = [], [], []
-    for _ in range(runs):  # the three first reads side by side in each round
+    def first_read(paths):
+        """(seconds, daemon CPU seconds, reader CPU seconds) of dd over paths."""
+        pid = daemon_pid(mnt)
+        cpu0, kids0 = bench.daemon_cpu(pid), children_cpu()
+        secs = sum(bench.dd(p)[0] for p in paths)
+        return secs, bench.daemon_cpu(pid) - cpu0, children_cpu() - kids0
+
+    cps, first = [], {"st": [], "raw": []}
+    for r in range(runs):
         cps.append(fresh(cp))
-        st_first.append(fresh(lambda: bench.dd(st)[0]))
-        raw_first.append(fresh(lambda: sum(bench.dd(p)[0] for p in raws())))
+        for kind in (("st", "raw") if r % 2 == 0 else ("raw", "st")):
+            first[kind].append(fresh(lambda: first_read([st] if kind == "st" else raws())))
     bench.sh([bench.TBMFS, src, mnt])
     try:
         size = os.stat(st).st_size
@@ -107,9 +157,16 @@ def main():
           (med(cps), ", ".join("%.2f" % c for c in cps)))
     print("user script header.json + dense.f32   %7.2fs  %.1fx slower, output %d bytes "
           "(%.2fx ours)" % (py, py / med(cps), py_size, py_size / size))
+    st_t, raw_t = (med([x[0] for x in first[k]]) for k in ("st", "raw"))
     print("first read (dd, fresh mount)  model.safetensors %.2f GiB/s  raw.tb %.2f GiB/s  "
-          "ratio %.2fx" % (gbs(size, med(st_first)), gbs(raw_size, med(raw_first)),
-                           gbs(size, med(st_first)) / gbs(raw_size, med(raw_first))))
+          "ratio %.2fx" % (gbs(size, st_t), gbs(raw_size, raw_t),
+                           gbs(size, st_t) / gbs(raw_size, raw_t)))
+    print("  time for the same tensors   model.safetensors %.3fs  raw.tb %.3fs  ratio %.2fx"
+          % (st_t, raw_t, raw_t / st_t))
+    for k, n in (("st", size), ("raw", raw_size)):
+        print("  CPU per GiB, %-17s daemon %.3fs  reader %.3fs" %
+              ("model.safetensors" if k == "st" else "raw.tb",
+               med([x[1] for x in first[k]]) / n * GIB, med([x[2] for x in first[k]]) / n * GIB))
     print("O_DIRECT (dd, same mount)     model.safetensors %.2f GiB/s  raw.tb %.2f GiB/s  "
           "ratio %.2fx" % (gbs(size, med(st_direct)), gbs(raw_size, med(raw_direct)),
                            gbs(size, med(st_direct)) / gbs(raw_size, med(raw_direct))))
