@@ -8,13 +8,14 @@ first reads (dd to /dev/null, each on a fresh mount, model.safetensors and raw.t
 order alternates) and O_DIRECT reads of model.safetensors against raw.tb of the same tensors.
 Throughput is of each file's own bytes (model.safetensors holds the masked weights, raw.tb the
 weights and masks), so the time to read the same tensors is given too, and so is the CPU each
-first read took per GiB, the daemon's (schedstat) and the reader's (rusage): on a machine of few
-CPUs the two share them, and the sum bounds the throughput. The source stays in the page cache
+first read took per GiB, the daemon's (schedstat) and the reader's (rusage): the two share the
+CPUs, so on 2 a read takes at least half the sum of the two. The source stays in the page cache
 throughout.
 
-Before each fresh mount 3 GiB of memory is written and freed. A virtual machine whose balloon
+Just before each fresh mount 3 GiB of memory is written and freed. A virtual machine whose balloon
 reports free pages to its host (virtio-balloon free page reporting) gives freed memory back,
-and the next touch of each page faults on the host: a first read fills fresh page cache, and
+about 2 s after it is freed, and the next touch of each page faults on the host: a first read
+fills fresh page cache, and
 whichever mount came first after an idle spell paid for those faults. Seen here: writing 1 GiB
 of memory a process had not touched took 0.56-0.72 s, and 1.8 s, or 5.3 s just after boot, when
 the host had taken the memory back. Usage: scripts/bench_bridges.py [RUNS]."""
@@ -65,16 +66,17 @@ def pretouch():
     host (see the docstring)."""
     path = "/dev/shm/tbmfs-bench-pretouch"
     block = b"\1" * (64 << 20)
-    try:
-        with open(path, "wb") as f:
+    with open(path, "wb") as f:
+        try:
             for _ in range(48):
                 f.write(block)
-    finally:
-        os.unlink(path)
+        finally:
+            os.unlink(path)
 
 
 def daemon_pid(mnt):
-    """The pid of the tbmfs daemon serving mnt."""
+    """The pid of the one tbmfs daemon serving mnt."""
+    found = []
     for entry in filter(str.isdigit, os.listdir("/proc")):
         try:
             with open("/proc/%s/cmdline" % entry, "rb") as f:
@@ -82,8 +84,17 @@ def daemon_pid(mnt):
         except OSError:
             continue
         if os.path.basename(argv[0]) == b"tbmfs" and mnt.encode() in argv:
-            return int(entry)
-    raise RuntimeError("no tbmfs daemon serves " + mnt)
+            found.append(int(entry))
+    if len(found) != 1:
+        raise RuntimeError("tbmfs daemons serving %s: %s" % (mnt, found or "none"))
+    return found[0]
+
+
+def wait_gone(pid, timeout=60):
+    """Waits for an unmounted daemon to exit, so that the next mount's is the only one."""
+    deadline = time.monotonic() + timeout
+    while os.path.exists("/proc/%d" % pid) and time.monotonic() < deadline:
+        time.sleep(0.02)
 
 
 def children_cpu():
@@ -111,31 +122,35 @@ def main():
                 for d in sorted(os.listdir(os.path.join(mnt, "tensors")))]
 
     def fresh(measure):
-        """measure() on a fresh mount: a first read, not the mount's page cache."""
+        """measure(daemon's pid) on a fresh mount: a first read, not the mount's page cache."""
         pretouch()
         bench.sh([bench.TBMFS, src, mnt])
+        pid = None
         try:
-            return measure()
+            pid = daemon_pid(mnt)
+            return measure(pid)
         finally:
             subprocess.run(["umount", mnt], check=False)
+            if pid is not None:
+                wait_gone(pid)
 
     def cp():
         t = timed(["cp", st, out_st])
         os.unlink(out_st)
         return t
 
-    def first_read(paths):
+    def first_read(pid, paths):
         """(seconds, daemon CPU seconds, reader CPU seconds) of dd over paths."""
-        pid = daemon_pid(mnt)
         cpu0, kids0 = bench.daemon_cpu(pid), children_cpu()
         secs = sum(bench.dd(p)[0] for p in paths)
         return secs, bench.daemon_cpu(pid) - cpu0, children_cpu() - kids0
 
     cps, first = [], {"st": [], "raw": []}
     for r in range(runs):
-        cps.append(fresh(cp))
-        for kind in (("st", "raw") if r % 2 == 0 else ("raw", "st")):
-            first[kind].append(fresh(lambda: first_read([st] if kind == "st" else raws())))
+        cps.append(fresh(lambda _: cp()))
+        for kind in bench.rotated(["st", "raw"], r):
+            first[kind].append(
+                fresh(lambda pid: first_read(pid, [st] if kind == "st" else raws())))
     bench.sh([bench.TBMFS, src, mnt])
     try:
         size = os.stat(st).st_size
