@@ -12,13 +12,12 @@ first read took per GiB, the daemon's (schedstat) and the reader's (rusage): the
 CPUs, so on 2 a read takes at least half the sum of the two. The source stays in the page cache
 throughout.
 
-Just before each fresh mount 3 GiB of memory is written and freed. A virtual machine whose balloon
-reports free pages to its host (virtio-balloon free page reporting) gives freed memory back,
-about 2 s after it is freed, and the next touch of each page faults on the host: a first read
-fills fresh page cache, and
-whichever mount came first after an idle spell paid for those faults. Seen here: writing 1 GiB
-of memory a process had not touched took 0.56-0.72 s, and 1.8 s, or 5.3 s just after boot, when
-the host had taken the memory back. Usage: scripts/bench_bridges.py [RUNS]."""
+Just before each fresh mount 3 GiB of memory is written and freed. A virtual machine whose
+balloon reports free pages to its host (virtio-balloon free page reporting) gives freed memory
+back about 2 s after it is freed, and the next touch of each page faults on the host: a first
+read fills fresh page cache, and whichever mount came first after an idle spell paid for those
+faults. Seen here: writing 1 GiB of memory a process had not touched took 0.56-0.72 s; once,
+after 10 s idle, 1.8 s; just after boot, 5.3 s. Usage: scripts/bench_bridges.py [RUNS]."""
 
 import os
 import resource
