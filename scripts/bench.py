@@ -6,6 +6,7 @@ several runs, with its ratio to the page-cache baseline (or to the row it is com
 with). Not part of `meson test`: these machines are shared and noisy, so only the
 ratios of one run mean anything. Usage: scripts/bench.sh [RUNS]."""
 
+import contextlib
 import os
 import re
 import statistics
@@ -602,16 +603,16 @@ def peers(work, runs, fp16, fp32):
     subprocess.run(["rm", "-rf", views, tree])
 
 
-def main():
+@contextlib.contextmanager
+def mount_owner():
+    """Mounts (Mount) for a with block: their mount points under a fresh directory, the block's
+    value; on the way out every mount is taken down and the directory removed (kept, and said
+    so, if something under it is still mounted)."""
     global OWNER
-    runs = int(sys.argv[1]) if len(sys.argv) > 1 else 5
-    # optional: which figures, e.g. "8" or "1,2,3,8" (default all)
-    want = ({int(x) for x in sys.argv[2].split(",")} if len(sys.argv) > 2
-            else set(range(1, 11)))
     work = tempfile.mkdtemp(prefix="tbmfs-bench-")
     OWNER = _Owner(work)
     try:
-        figures(work, runs, want)
+        yield work
     finally:
         for m in list(OWNER.mounts):
             m.stop()
@@ -619,6 +620,15 @@ def main():
             print("STILL MOUNTED under %s; kept" % work)
         else:
             subprocess.run(["rm", "-rf", work])
+
+
+def main():
+    runs = int(sys.argv[1]) if len(sys.argv) > 1 else 5
+    # optional: which figures, e.g. "8" or "1,2,3,8" (default all)
+    want = ({int(x) for x in sys.argv[2].split(",")} if len(sys.argv) > 2
+            else set(range(1, 11)))
+    with mount_owner() as work:
+        figures(work, runs, want)
 
 
 if __name__ == "__main__":

@@ -73,27 +73,11 @@ def pretouch():
             os.unlink(path)
 
 
-def daemon_pid(mnt):
-    """The pid of the one tbmfs daemon serving mnt."""
-    found = []
-    for entry in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            with open("/proc/%s/cmdline" % entry, "rb") as f:
-                argv = f.read().split(b"\0")
-        except OSError:
-            continue
-        if os.path.basename(argv[0]) == b"tbmfs" and mnt.encode() in argv:
-            found.append(int(entry))
-    if len(found) != 1:
-        raise RuntimeError("tbmfs daemons serving %s: %s" % (mnt, found or "none"))
-    return found[0]
-
-
-def wait_gone(pid, timeout=60):
-    """Waits for an unmounted daemon to exit, so that the next mount's is the only one."""
-    deadline = time.monotonic() + timeout
-    while os.path.exists("/proc/%d" % pid) and time.monotonic() < deadline:
-        time.sleep(0.02)
+def files(m):
+    """model.safetensors and the raw.tb files of mount m."""
+    tensors = m.p("tensors")
+    return m.p("model.safetensors"), [os.path.join(tensors, d, "raw.tb")
+                                      for d in sorted(os.listdir(tensors))]
 
 
 def children_cpu():
@@ -111,58 +95,43 @@ def main():
         bench.sh([bench.PY, bench.GEN, "tensor", src, "--shape", "32768,16384", "--dtype",
                   "bf16", "--nm", "2:4", "--name", "model.layers.0.mlp.up_proj.weight"])
     bench.dd(src)  # into the page cache
-    mnt = os.path.join(work, "mnt")
-    os.makedirs(mnt, exist_ok=True)
     out_st, out_py = "/dev/shm/bench-model.safetensors", "/dev/shm/bench-user.safetensors"
-    st = os.path.join(mnt, "model.safetensors")
-
-    def raws():
-        return [os.path.join(mnt, "tensors", d, "raw.tb")
-                for d in sorted(os.listdir(os.path.join(mnt, "tensors")))]
 
     def fresh(measure):
-        """measure(daemon's pid) on a fresh mount: a first read, not the mount's page cache."""
+        """measure(mount) on a fresh mount: a first read, not the mount's page cache."""
         pretouch()
-        bench.sh([bench.TBMFS, src, mnt])
-        pid = None
-        try:
-            pid = daemon_pid(mnt)
-            return measure(pid)
-        finally:
-            subprocess.run(["umount", mnt], check=False)
-            if pid is not None:
-                wait_gone(pid)
+        with bench.Mount(src) as m:
+            return measure(m)
 
-    def cp():
-        t = timed(["cp", st, out_st])
+    def cp(m):
+        t = timed(["cp", files(m)[0], out_st])
         os.unlink(out_st)
         return t
 
-    def first_read(pid, paths):
-        """(seconds, daemon CPU seconds, reader CPU seconds) of dd over paths."""
-        cpu0, kids0 = bench.daemon_cpu(pid), children_cpu()
-        secs = sum(bench.dd(p)[0] for p in paths)
-        return secs, bench.daemon_cpu(pid) - cpu0, children_cpu() - kids0
+    def first_read(m, kind):
+        """(seconds, daemon CPU seconds, reader CPU seconds) of dd over the kind's files."""
+        st, raws = files(m)
+        cpu0, kids0 = bench.daemon_cpu(m.pid), children_cpu()
+        secs = sum(bench.dd(p)[0] for p in ([st] if kind == "st" else raws))
+        return secs, bench.daemon_cpu(m.pid) - cpu0, children_cpu() - kids0
 
-    cps, first = [], {"st": [], "raw": []}
-    for r in range(runs):
-        cps.append(fresh(lambda _: cp()))
-        for kind in bench.rotated(["st", "raw"], r):
-            first[kind].append(
-                fresh(lambda pid: first_read(pid, [st] if kind == "st" else raws())))
-    bench.sh([bench.TBMFS, src, mnt])
-    try:
-        size = os.stat(st).st_size
-        raw_size = sum(os.stat(p).st_size for p in raws())
-        py = timed([bench.PY, "-c", USER_SCRIPT, mnt, out_py])
-        py_size = os.stat(out_py).st_size
-        os.unlink(out_py)
-        st_direct, raw_direct = [], []
-        for _ in range(runs):
-            st_direct.append(bench.dd(st, direct=True)[0])
-            raw_direct.append(sum(bench.dd(p, direct=True)[0] for p in raws()))
-    finally:
-        subprocess.run(["umount", mnt], check=False)
+    with bench.mount_owner():
+        cps, first = [], {"st": [], "raw": []}
+        for r in range(runs):
+            cps.append(fresh(cp))
+            for kind in bench.rotated(["st", "raw"], r):
+                first[kind].append(fresh(lambda m: first_read(m, kind)))
+        with bench.Mount(src) as m:
+            st, raws = files(m)
+            size = os.stat(st).st_size
+            raw_size = sum(os.stat(p).st_size for p in raws)
+            py = timed([bench.PY, "-c", USER_SCRIPT, m.path, out_py])
+            py_size = os.stat(out_py).st_size
+            os.unlink(out_py)
+            st_direct, raw_direct = [], []
+            for _ in range(runs):
+                st_direct.append(bench.dd(st, direct=True)[0])
+                raw_direct.append(sum(bench.dd(p, direct=True)[0] for p in raws))
     med = statistics.median
     gbs = lambda n, s: n / s / GIB  # noqa: E731
     print("model: %s, model.safetensors %d bytes, raw.tb %d bytes (GiB/s of each file's own "
