@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "fuse/fs.h"
+#include "tbm/log.h"
 #include "tbm/model.h"
 #include "tbm/names.h"
 #include "tbm/view.h"
@@ -494,7 +495,9 @@ static int serve(struct fuse_args *args, const struct fuse_cmdline_opts *opts, s
     if (fuse_daemonize(opts->foreground) != 0)
         goto out_unmount;
     fs->se = se;
-    fs->foreground = opts->foreground;
+    /* stderr is /dev/null from here on in the background */
+    if (!opts->foreground)
+        tbm_log_to_syslog();
     fs->debug = opts->debug;
     tbm_fs_widen_readahead(opts->mountpoint);
     /* Threads start after fuse_daemonize, whose fork they would not survive.

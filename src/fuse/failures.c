@@ -1,60 +1,28 @@
 /* Failures explained: every read or open that fails with EIO is logged
- * once per tensor, view and reason (stderr in the foreground, syslog in the
- * background), and a source found changed in place is logged once and has
- * the kernel's cached pages of the mount dropped, so that no reader mixes
- * the old bytes it cached with the EIO that follows. */
+ * once per tensor, view and reason (through the message channel), and a source found changed in
+ * place is logged once and has the kernel's cached pages of the mount dropped, so that no reader
+ * mixes the old bytes it cached with the EIO that follows. */
 #include "fs.h"
 
-#include <errno.h>
 #include <pthread.h>
-#include <stdarg.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <syslog.h>
 
-/* Distinct failures remembered (and so logged once each); past this many,
- * one line says that further ones go unlogged. */
-#define LOGGED_MAX 4096
-
-struct key {
-    long tensor;
-    const struct tbm_view *view;
-    int status;
-};
-
-static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
-static struct key logged[LOGGED_MAX];
-static size_t nlogged;
-
-void tbm_fs_log(const struct tbm_fs *fs, const char *fmt, ...)
-{
-    va_list ap;
-    char line[2048];
-
-    va_start(ap, fmt);
-    vsnprintf(line, sizeof(line), fmt, ap);
-    va_end(ap);
-    if (fs->foreground)
-        fprintf(stderr, "tbmfs: %s\n", line);
-    else
-        syslog(LOG_DAEMON | LOG_ERR, "%s", line);
-}
+#include "tbm/log.h"
 
 /* Whether this failure is new; remembers it. */
-static bool first_time(long tensor, const struct tbm_view *view, int status)
+static bool first_time(struct tbm_fs *fs, long tensor, const struct tbm_view *view, int status)
 {
+    struct tbm_fs_failures *f = &fs->failures;
     bool fresh = true;
 
-    pthread_mutex_lock(&lock);
-    for (size_t i = 0; i < nlogged && fresh; i++)
-        fresh =
-            !(logged[i].tensor == tensor && logged[i].view == view && logged[i].status == status);
-    if (fresh && nlogged < LOGGED_MAX)
-        logged[nlogged++] = (struct key){tensor, view, status};
+    pthread_mutex_lock(&f->lock);
+    for (size_t i = 0; i < f->n && i < TBM_FS_LOGGED_MAX && fresh; i++)
+        fresh = !(f->seen[i].tensor == tensor && f->seen[i].view == view &&
+                  f->seen[i].status == status);
+    if (fresh && f->n < TBM_FS_LOGGED_MAX)
+        f->seen[f->n++] = (struct tbm_fs_failure){tensor, view, status};
     else if (fresh)
-        fresh = nlogged++ == LOGGED_MAX; /* the one "no more" line */
-    pthread_mutex_unlock(&lock);
+        fresh = f->n++ == TBM_FS_LOGGED_MAX; /* the one "no more" line */
+    pthread_mutex_unlock(&f->lock);
     return fresh;
 }
 
@@ -90,22 +58,23 @@ void tbm_fs_failed(struct tbm_fs *fs, long tensor, const struct tbm_view *view, 
 
     if (status == TBM_ERR_CHANGED && tensor >= 0 &&
         tbm_views_change_report(fs->views, (size_t)tensor, what, sizeof(what))) {
-        tbm_fs_log(fs, "%s changed since mount (%s): remount to see the new model",
-                   tbm_views_source_name(fs->views, (size_t)tensor), what);
+        tbm_log(TBM_LOG_ERROR, "%s changed since mount (%s): remount to see the new model",
+                tbm_views_source_name(fs->views, (size_t)tensor), what);
         /* Not from this request's thread: the kernel may hold the very
          * pages whose read we are answering. */
         if (fs->se && tbm_fs_thread(&thread, invalidate, fs) == 0)
             pthread_detach(thread);
     }
-    if (!first_time(tensor, view, status))
+    if (!first_time(fs, tensor, view, status))
         return;
-    if (nlogged > LOGGED_MAX) {
-        tbm_fs_log(fs, "more than %d failures: further ones are not logged", LOGGED_MAX);
+    if (fs->failures.n > TBM_FS_LOGGED_MAX) {
+        tbm_log(TBM_LOG_ERROR, "more than %d failures: further ones are not logged",
+                TBM_FS_LOGGED_MAX);
         return;
     }
     if (tensor < 0)
-        tbm_fs_log(fs, "%s: %s", view ? tbm_view_name(view) : "?", reason(status));
+        tbm_log(TBM_LOG_ERROR, "%s: %s", view ? tbm_view_name(view) : "?", reason(status));
     else
-        tbm_fs_log(fs, "tensor %s: %s: %s", tbm_views_tensor_dir(fs->views, (size_t)tensor),
-                   view ? tbm_view_name(view) : "?", reason(status));
+        tbm_log(TBM_LOG_ERROR, "tensor %s: %s: %s", tbm_views_tensor_dir(fs->views, (size_t)tensor),
+                view ? tbm_view_name(view) : "?", reason(status));
 }

@@ -3,6 +3,8 @@
  * Library statuses become errno values here and nowhere else. */
 #include "fs.h"
 
+#include "tbm/log.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -56,6 +58,8 @@ void tbm_fs_init(struct tbm_fs *fs, struct tbm_views *views)
     fs->tensor_files = tbm_view_count(TBM_VIEW_TENSOR);
     fs->first_tensor = INO_FIRST_ROOT_FILE + fs->root_files;
     fs->ntensors = tbm_views_tensor_count(views);
+    pthread_mutex_init(&fs->failures.lock, NULL);
+    fs->failures.n = 0;
 }
 
 fuse_ino_t tbm_fs_last_ino(const struct tbm_fs *fs)
@@ -409,7 +413,7 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
     }
     /* libfuse's -d lines show node numbers; this says which file one is */
     if (fs->debug)
-        fprintf(stderr, "tbmfs: open node %lu: %s%s%s%s\n", (unsigned long)ino,
+        tbm_log(TBM_LOG_INFO, "open node %lu: %s%s%s%s", (unsigned long)ino,
                 n.tensor < 0 ? "" : "tensors/",
                 n.tensor < 0 ? "" : tbm_views_tensor_dir(fs->views, (size_t)n.tensor),
                 n.tensor < 0 ? "" : "/", tbm_view_name(n.view));

@@ -12,6 +12,23 @@
 
 struct tbm_deferred;
 
+/* Distinct failures remembered (and so logged once each); past this many,
+ * one line says that further ones go unlogged. */
+#define TBM_FS_LOGGED_MAX 4096
+
+struct tbm_fs_failure {
+    long tensor;
+    const struct tbm_view *view;
+    int status;
+};
+
+/* The failures of this mount logged so far. */
+struct tbm_fs_failures {
+    pthread_mutex_t lock;
+    size_t n; /* one past TBM_FS_LOGGED_MAX once the "no more" line is out */
+    struct tbm_fs_failure seen[TBM_FS_LOGGED_MAX];
+};
+
 struct tbm_fs {
     struct tbm_views *views;                   /* not const: stopping them at exit */
     size_t root_files, tensor_files, ntensors; /* the table's rows per place; tensors */
@@ -24,16 +41,12 @@ struct tbm_fs {
                                     * kept by init only if the kernel and pipe allow */
     struct tbm_deferred *deferred; /* answers the self-test opens; NULL: inline */
     struct fuse_session *se;       /* for the kernel-cache notifications */
-    bool foreground;               /* log to stderr, else to syslog */
     bool debug;                    /* -d: name the file of each node opened */
+    struct tbm_fs_failures failures;
 };
 
 /* One past the largest inode number of the tree. */
 fuse_ino_t tbm_fs_last_ino(const struct tbm_fs *fs);
-
-/* A log line: stderr in the foreground, syslog (LOG_DAEMON) otherwise. */
-void tbm_fs_log(const struct tbm_fs *fs, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
 
 /* Reports a failed read or open of view (NULL: unknown) of tensor (-1 for
  * a root file) with status: logged once per tensor, view and reason; a

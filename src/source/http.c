@@ -11,6 +11,7 @@
 #include <time.h>
 
 #include "cache.h"
+#include "tbm/log.h"
 #include "tbm/source.h"
 
 /* The first request asks for this much of the end: the index length, and
@@ -392,9 +393,9 @@ static void mark_changed(struct http *h, const char *why)
     pthread_mutex_unlock(&h->lock);
     if (!first)
         return;
-    fprintf(stderr,
-            "tbmfs: %s: changed on the server since mount (%s): reads fail with EIO; remount to "
-            "see the new model\n",
+    tbm_log(TBM_LOG_ERROR,
+            "%s: changed on the server since mount (%s): reads fail with EIO; remount to see the "
+            "new model",
             h->src.name, why);
     tbm_cache_invalidate(h->cache);
 }
@@ -416,7 +417,7 @@ static int fetch_block(void *ctx, void *worker, uint64_t off, void *buf, size_t 
         mark_changed(h, why);
         return TBM_ERR_IO;
     default:
-        fprintf(stderr, "tbmfs: %s: bytes %llu-%llu: %s\n", h->src.name, (unsigned long long)off,
+        tbm_log(TBM_LOG_ERROR, "%s: bytes %llu-%llu: %s", h->src.name, (unsigned long long)off,
                 (unsigned long long)(off + len - 1), why);
         return TBM_ERR_IO;
     }

@@ -1,0 +1,29 @@
+/* The one message channel of the program: every part (sources, format,
+ * views, FUSE, the command line) reports through tbm_log, and main alone
+ * decides where the lines go: stderr while in the foreground, syslog
+ * (LOG_DAEMON, ident "tbmfs") once in the background, or a log file. */
+#ifndef TBM_LOG_H
+#define TBM_LOG_H
+
+enum tbm_log_level {
+    TBM_LOG_ERROR,   /* a request or the program failed */
+    TBM_LOG_WARNING, /* something the user should know; the work goes on */
+    TBM_LOG_INFO,
+};
+
+/* Where lines go from now on. stderr is the default; syslog is for a daemon
+ * in the background, whose stderr is /dev/null. */
+void tbm_log_to_stderr(void);
+void tbm_log_to_syslog(void);
+
+/* Appends lines to path (created 0600 if missing), each beginning with an
+ * ISO 8601 UTC timestamp, in place of stderr or syslog for the rest of the
+ * run. 0, or -errno with nothing changed. */
+int tbm_log_to_file(const char *path);
+
+/* Logs one line. The text is made valid UTF-8 with no control bytes
+ * (%XX in their place) whatever it quotes, and "tbmfs: " leads it on stderr.
+ * Safe from any thread. */
+void tbm_log(enum tbm_log_level level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+#endif

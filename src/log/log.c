@@ -1,0 +1,119 @@
+/* The message channel: one destination at a time for every line the
+ * program prints about its work (include/tbm/log.h). */
+#include "tbm/log.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <syslog.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "tbm/names.h"
+
+enum dest { DEST_STDERR, DEST_SYSLOG, DEST_FILE };
+
+/* Lines are written whole under the lock, so that two threads' lines never
+ * interleave and a switch of destination never splits one. */
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static enum dest dest = DEST_STDERR;
+static int log_fd = -1;
+
+static void set_dest(enum dest d, int fd)
+{
+    pthread_mutex_lock(&lock);
+    if (dest == DEST_SYSLOG && d != DEST_SYSLOG)
+        closelog();
+    if (log_fd >= 0 && log_fd != fd)
+        close(log_fd);
+    log_fd = fd;
+    dest = d;
+    if (d == DEST_SYSLOG)
+        openlog("tbmfs", LOG_PID | LOG_NDELAY, LOG_DAEMON);
+    pthread_mutex_unlock(&lock);
+}
+
+void tbm_log_to_stderr(void)
+{
+    set_dest(DEST_STDERR, -1);
+}
+
+void tbm_log_to_syslog(void)
+{
+    /* a log file, once chosen, stays: it is what the user asked for */
+    if (dest != DEST_FILE)
+        set_dest(DEST_SYSLOG, -1);
+}
+
+int tbm_log_to_file(const char *path)
+{
+    int fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NOCTTY, 0600);
+
+    if (fd < 0)
+        return -errno;
+    set_dest(DEST_FILE, fd);
+    return 0;
+}
+
+static int syslog_priority(enum tbm_log_level level)
+{
+    switch (level) {
+    case TBM_LOG_ERROR:
+        return LOG_ERR;
+    case TBM_LOG_WARNING:
+        return LOG_WARNING;
+    default:
+        return LOG_INFO;
+    }
+}
+
+/* Writes all of line to fd; a short write to a pipe or file is finished. */
+static void write_all(int fd, const char *line, size_t len)
+{
+    while (len > 0) {
+        ssize_t n = write(fd, line, len);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            return;
+        line += n;
+        len -= (size_t)n;
+    }
+}
+
+void tbm_log(enum tbm_log_level level, const char *fmt, ...)
+{
+    char raw[2048], text[2048], line[2200];
+    va_list ap;
+    int n;
+
+    va_start(ap, fmt);
+    n = vsnprintf(raw, sizeof(raw), fmt, ap);
+    va_end(ap);
+    if (n < 0)
+        return;
+    tbm_text_clean(text, sizeof(text), raw, strnlen(raw, sizeof(raw)));
+    pthread_mutex_lock(&lock);
+    switch (dest) {
+    case DEST_SYSLOG:
+        syslog(LOG_DAEMON | syslog_priority(level), "%s", text);
+        break;
+    case DEST_FILE: {
+        struct tm tm;
+        time_t now = time(NULL);
+        gmtime_r(&now, &tm);
+        n = snprintf(line, sizeof(line), "%04d-%02d-%02dT%02d:%02d:%02dZ %s\n", tm.tm_year + 1900,
+                     tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, text);
+        write_all(log_fd, line, (size_t)n < sizeof(line) ? (size_t)n : sizeof(line) - 1);
+        break;
+    }
+    case DEST_STDERR:
+        n = snprintf(line, sizeof(line), "tbmfs: %s\n", text);
+        write_all(STDERR_FILENO, line, (size_t)n < sizeof(line) ? (size_t)n : sizeof(line) - 1);
+        break;
+    }
+    pthread_mutex_unlock(&lock);
+}
