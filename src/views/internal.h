@@ -12,6 +12,7 @@
 struct tbm_selftests;   /* the self-tests' lock and stop flag (selftest.c) */
 struct tbm_results;     /* results rendered once and shared (results.c) */
 struct tbm_safetensors; /* model.safetensors' layout (safetensors.c) */
+struct tbm_gguf;        /* the GGUF views' layout (gguf_layout.c) */
 
 struct tbm_views {
     const struct tbm_model *model;
@@ -24,6 +25,7 @@ struct tbm_views {
     struct tbm_selftests *selftests;
     struct tbm_results *results;
     struct tbm_safetensors *safetensors;
+    struct tbm_gguf *gguf;
     uint64_t tensors_json_size; /* fixed at mount; rendered when first opened */
     char *config_json;          /* NULL for an architecture config.json does not know */
     size_t config_json_len;
@@ -145,6 +147,21 @@ int tbm_safetensors_read(const struct tbm_views *v, size_t t, char *buf, uint64_
                          size_t *got);
 int tbm_safetensors_locate(const struct tbm_views *v, size_t t, uint64_t off, size_t len,
                            struct tbm_source_range *out, struct tbm_source **src);
+
+/* gguf_layout.c, gguf.c: model.gguf and model.Q8_0.gguf */
+int tbm_gguf_init(struct tbm_views *v); /* before model.json's size: it says why there are none */
+void tbm_gguf_free(struct tbm_views *v);
+bool tbm_gguf_present(const struct tbm_views *v);
+/* model.json's views_missing: NULL when it has none (not llama or mistral) */
+struct json_object *tbm_gguf_missing_json(const struct tbm_views *v);
+int tbm_gguf_size(const struct tbm_views *v, size_t t, uint64_t *size);
+int tbm_gguf_read(const struct tbm_views *v, size_t t, char *buf, uint64_t off, size_t len,
+                  size_t *got);
+int tbm_gguf_locate(const struct tbm_views *v, size_t t, uint64_t off, size_t len,
+                    struct tbm_source_range *out, struct tbm_source **src);
+int tbm_gguf_q8_0_size(const struct tbm_views *v, size_t t, uint64_t *size);
+int tbm_gguf_q8_0_read(const struct tbm_views *v, size_t t, char *buf, uint64_t off, size_t len,
+                       size_t *got);
 
 /* model_views.c: tensors.json, config.json */
 int tbm_tensors_json_prepare(struct tbm_views *v); /* its size, at mount */

@@ -214,6 +214,9 @@ static int model_doc(const struct tbm_views *v, bool with_stats, char **out, siz
     json_object_object_add(o, "warnings", json_object_new_uint64(warnings));
     json_object_object_add(o, "tensors_with_warnings", json_object_new_uint64(warned));
     json_object_object_add(o, "kernels", json_object_new_string(tbm_isa_name(m->isa)));
+    struct json_object *missing = tbm_gguf_missing_json(v);
+    if (missing)
+        json_object_object_add(o, "views_missing", missing);
     int r = tbm_json_dump(o, out, len);
     json_object_put(o);
     return r;

@@ -50,6 +50,23 @@ static const struct tbm_view table[] = {
         .locate = tbm_safetensors_locate,
     },
     {
+        .name = "model.gguf",
+        .place = TBM_VIEW_ROOT,
+        .bytes = TBM_BYTES_COMPUTED,
+        .size = tbm_gguf_size,
+        .read = tbm_gguf_read,
+        .locate = tbm_gguf_locate,
+        .present = tbm_gguf_present,
+    },
+    {
+        .name = "model.Q8_0.gguf",
+        .place = TBM_VIEW_ROOT,
+        .bytes = TBM_BYTES_COMPUTED,
+        .size = tbm_gguf_q8_0_size,
+        .read = tbm_gguf_q8_0_read,
+        .present = tbm_gguf_present,
+    },
+    {
         .name = "config.json",
         .place = TBM_VIEW_ROOT,
         .bytes = TBM_BYTES_COMPUTED,
@@ -169,8 +186,9 @@ int tbm_views_open(const struct tbm_model *model, const struct tbm_view_options 
     for (int k = 0; k < 2; k++)
         v->rendered_sizes[k] = calloc(model->ntensors ? model->ntensors : 1, sizeof(uint64_t));
     if (!v->rendered_sizes[0] || !v->rendered_sizes[1] || (r = tbm_selftests_init(v)) < 0 ||
-        (r = tbm_results_init(v)) < 0 || (r = tbm_model_json_prepare(v)) < 0 ||
-        (r = tbm_tensors_json_prepare(v)) < 0 || (r = tbm_safetensors_init(v)) < 0)
+        (r = tbm_results_init(v)) < 0 || (r = tbm_gguf_init(v)) < 0 ||
+        (r = tbm_model_json_prepare(v)) < 0 || (r = tbm_tensors_json_prepare(v)) < 0 ||
+        (r = tbm_safetensors_init(v)) < 0)
         goto out_err;
     if (tbm_config_json_present(v) &&
         (r = tbm_config_json_render(v, &v->config_json, &v->config_json_len)) < 0)
@@ -190,6 +208,7 @@ void tbm_views_close(struct tbm_views *v)
     tbm_results_free(v);
     tbm_selftests_free(v);
     tbm_safetensors_free(v);
+    tbm_gguf_free(v);
     free(v->config_json);
     free(v->rendered_sizes[0]);
     free(v->rendered_sizes[1]);
