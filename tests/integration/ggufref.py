@@ -185,14 +185,37 @@ def write(expects, config, name, q8):
 
 
 def weights_of(expects, config, q8):
-    """{GGUF name: float32 array} as llama.cpp will compute with them: the Hugging Face order
-    (the reference applies rotary embeddings as Hugging Face does), Q8_0 ones dequantized."""
+    """({GGUF name: float64 array}, {GGUF name: GGUF type}) as llama.cpp computes with them:
+    rows in Hugging Face's order (the reference applies rotary embeddings as Hugging Face
+    does), Q8_0 ones dequantized."""
     taken, _ = layout(expects, config)
-    out = {}
+    weights, types = {}, {}
     for t in taken:
         w = dequantize_q8_0(t.q8, t.shape) if q8 and t.q8_type == Q8_0 else t.f32
-        out[t.name] = (unpermute(w, t.heads) if t.heads else w).astype(np.float64)
-    return out
+        weights[t.name] = (unpermute(w, t.heads) if t.heads else w).astype(np.float64)
+        types[t.name] = t.q8_type if q8 else t.native_type
+    return weights, types
+
+
+def as_operand(x, wtype):
+    """x (float64 rows) as llama.cpp's CPU backend hands it to a product with weights of
+    wtype: float32, then rounded to the weights' own type (F16, BF16, Q8_0 blocks)."""
+    x = x.astype(np.float32)
+    if wtype == F16:
+        x = x.astype(np.float16).astype(np.float32)
+    elif wtype == BF16:
+        b = x.view(np.uint32).astype(np.uint64)
+        x = (((b + 0x7FFF + ((b >> 16) & 1)) >> 16) << 16).astype(np.uint32).view(np.float32)
+    elif wtype == Q8_0:
+        # ggml's x86 quantize_row_q8_0 for activations: id = 127 / amax, ties to even
+        b = x.reshape(-1, 32)
+        amax = np.abs(b).max(axis=1)
+        d = (amax / np.float32(127)).astype(np.float16).astype(np.float32)
+        with np.errstate(divide="ignore"):
+            idv = np.where(amax != 0, np.float32(127) / amax, np.float32(0)).astype(np.float32)
+        q = np.rint((b * idv[:, None]).astype(np.float32))
+        x = (q * d[:, None]).astype(np.float32).reshape(x.shape)
+    return x.astype(np.float64)
 
 
 def unpermute(w, heads):
@@ -200,9 +223,10 @@ def unpermute(w, heads):
             .swapaxes(1, 2).reshape(w.shape))
 
 
-def forward(weights, config, tokens):
+def forward(weights, config, tokens, types=None):
     """Log-probabilities of the next token after each position (float64 numpy, llama with
-    Hugging Face's rotary embedding, RMS norm, SwiGLU, grouped-query attention)."""
+    Hugging Face's rotary embedding, RMS norm, SwiGLU, grouped-query attention). types (GGUF
+    name -> type) rounds each product's activations as llama.cpp does for that type."""
     c = config
     hidden, heads = c["hidden_size"], c["num_heads"]
     kv = c.get("num_kv_heads", heads)
@@ -221,14 +245,16 @@ def forward(weights, config, tokens):
         half = np.concatenate([-x[..., hd // 2:], x[..., :hd // 2]], axis=-1)
         return x * cos[:, None, :] + half * sin[:, None, :]
 
+    def mul(x, name):
+        return as_operand(x, (types or {}).get(name, F32)) @ weights[name].T
+
     x = weights["token_embd.weight"][tokens]
     for layer in range(c["num_layers"]):
-        w = {k.split(".", 2)[2]: v for k, v in weights.items()
-             if k.startswith("blk.%d." % layer)}
-        h = norm(x, w["attn_norm.weight"])
-        q = rope((h @ w["attn_q.weight"].T).reshape(n, heads, hd))
-        k = rope((h @ w["attn_k.weight"].T).reshape(n, kv, hd))
-        v = (h @ w["attn_v.weight"].T).reshape(n, kv, hd)
+        b = "blk.%d." % layer
+        h = norm(x, weights[b + "attn_norm.weight"])
+        q = rope(mul(h, b + "attn_q.weight").reshape(n, heads, hd))
+        k = rope(mul(h, b + "attn_k.weight").reshape(n, kv, hd))
+        v = mul(h, b + "attn_v.weight").reshape(n, kv, hd)
         rep = heads // kv
         k, v = np.repeat(k, rep, axis=1), np.repeat(v, rep, axis=1)
         s = np.einsum("qhd,khd->hqk", q, k) / np.sqrt(hd)
@@ -236,12 +262,12 @@ def forward(weights, config, tokens):
         p = np.exp(s - s.max(axis=-1, keepdims=True))
         p /= p.sum(axis=-1, keepdims=True)
         a = np.einsum("hqk,khd->qhd", p, v).reshape(n, hidden)
-        x = x + a @ w["attn_output.weight"].T
-        h = norm(x, w["ffn_norm.weight"])
-        g = h @ w["ffn_gate.weight"].T
-        x = x + ((g / (1 + np.exp(-g))) * (h @ w["ffn_up.weight"].T)) @ w["ffn_down.weight"].T
+        x = x + mul(a, b + "attn_output.weight")
+        h = norm(x, weights[b + "ffn_norm.weight"])
+        g = mul(h, b + "ffn_gate.weight")
+        x = x + mul((g / (1 + np.exp(-g))) * mul(h, b + "ffn_up.weight"), b + "ffn_down.weight")
     x = norm(x, weights["output_norm.weight"])
-    logits = x @ weights.get("output.weight", weights["token_embd.weight"]).T
+    logits = mul(x, "output.weight" if "output.weight" in weights else "token_embd.weight")
     m = logits.max(axis=-1, keepdims=True)
     return logits - m - np.log(np.exp(logits - m).sum(axis=-1, keepdims=True))
 
