@@ -62,10 +62,12 @@ static uint64_t source_element(const struct tbm_gguf_tensor *gt, uint64_t e)
     return source_row(gt, e / gt->cols) * gt->cols + e % gt->cols;
 }
 
-/* Elements from e on that lie in e's row, at most max. */
+/* Elements from e on that are stored back to back, at most max: the rest of
+ * e's row when rows are permuted, else the rest of the tensor (one pread for
+ * many rows). */
 static size_t row_run(const struct tbm_gguf_tensor *gt, uint64_t e, size_t max)
 {
-    uint64_t left = gt->cols - e % gt->cols;
+    uint64_t left = gt->heads ? gt->cols - e % gt->cols : gt->rows * gt->cols - e;
     return left < max ? (size_t)left : max;
 }
 
@@ -101,8 +103,8 @@ static int f32_bytes(const struct tbm_views *v, const struct tbm_gguf_tensor *gt
     const struct tbm_tensor *t = &v->model->tensors[gt->t];
 
     for (uint64_t pos = b0, end = b0 + len; pos < end;) {
-        uint64_t e = pos / 4;
-        size_t count = row_run(gt, e, CHUNK);
+        uint64_t e = pos / 4, want = (end - e * 4 + 3) / 4;
+        size_t count = row_run(gt, e, want < CHUNK ? (size_t)want : CHUNK);
         int r = expand_run(v, t, s, source_element(gt, e), count, s->f32);
         if (r < 0)
             return r;
@@ -190,7 +192,9 @@ static int stored_bytes(const struct tbm_views *v, const struct tbm_gguf_tensor 
                         struct scratch *s, char *buf, uint64_t b0, size_t len)
 {
     const struct tbm_tensor *t = &v->model->tensors[gt->t];
-    uint64_t row = gt->cols * tbm_precision_size(t->hdr.precision);
+    /* rows in place are one run */
+    uint64_t row =
+        (gt->heads ? gt->cols : gt->rows * gt->cols) * tbm_precision_size(t->hdr.precision);
 
     for (uint64_t pos = b0, end = b0 + len; pos < end;) {
         uint64_t g = pos / row, in = pos % row;
