@@ -298,7 +298,7 @@ def refusals(suite, nginx, root, proxy):
     rc, _, err = run_tbmfs(["-o", "http_header=nocolon", nginx.url("small.tbm"),
                             suite.tmp])
     suite.case("http mount: a header without a colon is refused",
-               lambda: check(rc != 0 and "http_header=nocolon" in err, "rc %d: %r" % (rc, err)))
+               lambda: check(rc == 2 and "http_header=nocolon" in err, "rc %d: %r" % (rc, err)))
 
 
 def faults(suite, nginx, root, proxy):

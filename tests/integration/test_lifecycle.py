@@ -186,7 +186,7 @@ def max_read(suite, tmp):
     def refused():
         for bad in ("lots", "100", "+8192"):
             rc, _, err = run_tbmfs([src, tmp, "-o", "max_read=" + bad])
-            eq(rc, 1, "max_read=%s: exit code" % bad)
+            eq(rc, 2, "max_read=%s: exit code" % bad)
             check("max_read=" + bad in err, "message %r does not name the option" % err)
 
     suite.case("options: -o max_read=lots, =100, =+8192 are refused", refused)
