@@ -105,16 +105,6 @@ int tbm_view_read(const struct tbm_views *views, const struct tbm_view *view, si
 int tbm_view_render(const struct tbm_views *views, const struct tbm_view *view, size_t t,
                     char **out, size_t *len);
 
-/* The content of a rendered view for one open, immutable and
- * reference-counted: views rendered once per mount (self-tests, statistics,
- * pictures) hand every open the same result, rendered on the first; others
- * are rendered for this open. Drop it with tbm_result_put. */
-struct tbm_result;
-int tbm_view_open_result(const struct tbm_views *views, const struct tbm_view *view, size_t t,
-                         struct tbm_result **out);
-const char *tbm_result_data(const struct tbm_result *result, size_t *len);
-void tbm_result_put(struct tbm_result *result);
-
 /* Where bytes of a view lie in the source, for views that can be bytes of it
  * as stored: raw.tb, weights.bin, mask.bin, the dense views of unmasked
  * float32 tensors past the .npy header, and the data of unmasked tensors in
@@ -125,24 +115,48 @@ struct tbm_source_range {
     size_t len;   /* short only at the end of the view */
 };
 
-/* Locates up to len bytes at off in the source, so that they can be handed
- * to the kernel without a copy (splice). Returns 1 and fills out for such
+/* Locates up to len bytes at off in the source, as tbm_file_read would
+ * splice them. Returns 1 and fills out for such
  * bytes; 0 for bytes that are computed, or a source with no descriptor (read
  * them with tbm_view_read); TBM_ERR_BROKEN as tbm_view_read; TBM_ERR_IO when
  * the source no longer holds the range (it has shrunk since the mount). */
 int tbm_view_locate(const struct tbm_views *views, const struct tbm_view *view, size_t t,
                     uint64_t off, size_t len, struct tbm_source_range *out);
 
-/* For a source with no descriptor whose bytes are in memory (an HTTP
- * source's cache): holds up to len bytes at off of the same views where
- * they are, so that they can be handed to the kernel without a copy.
- * Returns 1 with h (its pieces short only at the end of the view; let it
- * go with tbm_view_release once replied); 0 for bytes that are computed,
- * past the end, or not held (read them with tbm_view_read); an error as
- * tbm_view_read. */
-int tbm_view_hold(const struct tbm_views *views, const struct tbm_view *view, size_t t,
-                  uint64_t off, size_t len, struct tbm_source_hold *h);
-void tbm_view_release(struct tbm_source_hold *h);
+/* An open file: a view of a tensor as one open descriptor reads it. Whether
+ * the view can be served is decided once, here (TBM_ERR_BROKEN when not);
+ * a rendered view's content is taken here too: rendered for this open, or
+ * the one result of the mount for views rendered once. */
+struct tbm_file;
+int tbm_file_open(const struct tbm_views *views, const struct tbm_view *view, size_t t,
+                  struct tbm_file **out);
+void tbm_file_close(struct tbm_file *file);
+
+/* How the bytes of one read come back. */
+enum tbm_reply_kind {
+    TBM_REPLY_BYTES,  /* data and len: in the caller's buffer, or memory of the file's */
+    TBM_REPLY_SPLICE, /* range: bytes of a source's descriptor, to splice */
+    TBM_REPLY_HELD,   /* held: pieces of a remote source's cache, let go with tbm_reply_done */
+};
+
+struct tbm_reply {
+    enum tbm_reply_kind kind;
+    const char *data;
+    size_t len;
+    struct tbm_source_range range;
+    struct tbm_source_hold held;
+};
+
+/* The one call of a read: up to len bytes at off, short only at the end of
+ * the file. Bytes that lie as stored in a source come back as a range of its
+ * descriptor when splice allows one, else held where the source keeps them
+ * in memory; any other bytes are computed into buf (len bytes at least). A
+ * reply's data stays valid until the file is closed or tbm_reply_done. Fails
+ * with TBM_ERR_IO when the source cannot be read, TBM_ERR_CHANGED when it
+ * changed since the mount. */
+int tbm_file_read(struct tbm_file *file, uint64_t off, size_t len, char *buf, bool splice,
+                  struct tbm_reply *out);
+void tbm_reply_done(struct tbm_reply *reply);
 
 /* Extended attributes of tensor t's directory and of each of its files:
  * user.tbm.name (the true name), user.tbm.shape (e.g. "4096,4096"),

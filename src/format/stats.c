@@ -80,9 +80,7 @@ static int count_blob(const struct tbm_model *model, const struct tbm_tensor *t,
     for (uint64_t i = 0; i < h->num_weights; i += chunk) {
         uint64_t n = h->num_weights - i < chunk ? h->num_weights - i : chunk;
         uint64_t groups = n / m + (n % m != 0);
-        int r = tbm_source_read_full(t->src, buf->weights, n * es, t->weights.off + i * es);
-        if (r == 0)
-            r = tbm_mask_read(t, i / m, groups, buf->mask);
+        int r = tbm_chunk_read(t, i, n, buf->weights, buf->mask);
         if (r < 0)
             return r;
         atomic_fetch_add(&model->stats->bytes_read, n * es + groups * tbm_mask_word_bytes(m));

@@ -108,7 +108,7 @@ static void *run(void *arg)
         if (fuse_req_interrupted(j->req))
             fuse_reply_err(j->req, EINTR);
         else
-            tbm_fs_open_result(d->fs, j->req, &j->fi, j->view, j->t);
+            tbm_fs_open_file(d->fs, j->req, &j->fi, j->view, j->t);
         free(j);
     }
     return NULL;

@@ -381,21 +381,23 @@ int tbm_fs_thread(pthread_t *thread, void *(*fn)(void *), void *arg)
     return r;
 }
 
-void tbm_fs_open_result(const struct tbm_fs *fs, fuse_req_t req, struct fuse_file_info *fi,
-                        const struct tbm_view *view, size_t t)
+void tbm_fs_open_file(const struct tbm_fs *fs, fuse_req_t req, struct fuse_file_info *fi,
+                      const struct tbm_view *view, size_t t)
 {
-    struct tbm_result *s;
-    int r = tbm_view_open_result(fs->views, view, t, &s);
+    struct tbm_file *file;
+    int r = tbm_file_open(fs->views, view, t, &file);
+
     if (r < 0) {
         reply_failure(req, tbm_view_place(view) == TBM_VIEW_ROOT ? -1 : (long)t, view, r);
         return;
     }
-    /* every size is exact in stat and a result never changes: cache it */
+    /* every size is exact in stat and the bytes never change while the
+     * source does not: the kernel's cache of them lasts across opens */
     fi->keep_cache = 1;
-    fi->fh = (uint64_t)(uintptr_t)s;
-    /* Unanswered (the opener is gone), the open gets no release to drop s. */
+    fi->fh = (uint64_t)(uintptr_t)file;
+    /* Unanswered (the opener is gone), the open gets no release to close it. */
     if (fuse_reply_open(req, fi) != 0)
-        tbm_result_put(s);
+        tbm_file_close(file);
 }
 
 static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
@@ -422,27 +424,18 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
         return;
     }
     size_t t = node_tensor(&n);
-    if (!tbm_view_servable(fs->views, n.view, t)) {
-        reply_failure(req, n.tensor, n.view, TBM_ERR_BROKEN);
-        return;
-    }
-    if (!tbm_view_rendered(n.view)) {
-        fi->keep_cache = 1;
-        fuse_reply_open(req, fi);
-        return;
-    }
     /* A result already rendered is handed over here: queued, its open would
      * wait for the self-tests of others for nothing. */
     if (tbm_view_slow(n.view) && fs->deferred && !tbm_view_ready(fs->views, n.view, t) &&
         tbm_deferred_push(fs->deferred, req, fi, n.view, t))
         return;
-    tbm_fs_open_result(fs, req, fi, n.view, t);
+    tbm_fs_open_file(fs, req, fi, n.view, t);
 }
 
 static void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
     (void)ino;
-    tbm_result_put((struct tbm_result *)(uintptr_t)fi->fh);
+    tbm_file_close((struct tbm_file *)(uintptr_t)fi->fh);
     fuse_reply_err(req, 0);
 }
 
@@ -506,14 +499,10 @@ static char *thread_buf(size_t size)
 
 /* Replies with bytes of the source, spliced when they fill two pages or more
  * (libfuse copies smaller replies). */
-static void reply_source(fuse_req_t req, const struct tbm_source_range *src)
+static void reply_splice(fuse_req_t req, const struct tbm_source_range *src)
 {
     struct fuse_bufvec bv = FUSE_BUFVEC_INIT(src->len);
 
-    if (src->fd < 0) {
-        fuse_reply_buf(req, NULL, 0);
-        return;
-    }
     bv.buf[0].flags = FUSE_BUF_IS_FD | FUSE_BUF_FD_SEEK;
     bv.buf[0].fd = src->fd;
     bv.buf[0].pos = (off_t)src->pos;
@@ -523,86 +512,51 @@ static void reply_source(fuse_req_t req, const struct tbm_source_range *src)
 /* Replies with bytes held in a remote source's cache, written to the kernel
  * from where they are: the write copies them before it returns, so the
  * hold need last no longer. */
-static void reply_held(fuse_req_t req, struct tbm_source_hold *h)
+static void reply_held(fuse_req_t req, const struct tbm_source_hold *h)
 {
     struct iovec iov[TBM_SOURCE_PIECES];
 
     for (size_t i = 0; i < h->n; i++)
         iov[i] = (struct iovec){(void *)(uintptr_t)h->piece[i].data, h->piece[i].len};
     fuse_reply_iov(req, iov, (int)h->n);
-    tbm_view_release(h);
 }
 
-/* A rendered view's content is copied out too: the reader may close the
- * file, and its release drop the result, the moment our reply reaches the
- * kernel. */
-static void read_result(fuse_req_t req, const struct tbm_result *s, size_t size, off_t off)
-{
-    char *buf = thread_buf(size);
-    size_t len;
-    const char *data = tbm_result_data(s, &len);
-
-    if (!buf) {
-        fuse_reply_err(req, ENOMEM);
-        return;
-    }
-    size_t start = (uint64_t)off < len ? (size_t)off : len;
-    size_t got = len - start < size ? len - start : size;
-    memcpy(buf, data + start, got);
-    fuse_reply_buf(req, buf, got);
-}
-
-static void read_view(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off)
-{
-    const struct tbm_fs *fs = fs_of(req);
-    struct tbm_source_range src;
-    struct tbm_source_hold held;
-    struct node n;
-    size_t got = 0;
-    int r;
-
-    if (!decode_ino(fs, ino, &n) || n.dir) {
-        fuse_reply_err(req, EIO);
-        return;
-    }
-    size_t t = node_tensor(&n);
-    if (fs->splice) {
-        r = tbm_view_locate(fs->views, n.view, t, (uint64_t)off, size, &src);
-        if (r < 0)
-            reply_failure(req, n.tensor, n.view, r);
-        else if (r > 0)
-            reply_source(req, &src);
-        if (r != 0)
-            return;
-    }
-    r = tbm_view_hold(fs->views, n.view, t, (uint64_t)off, size, &held);
-    if (r < 0)
-        reply_failure(req, n.tensor, n.view, r);
-    else if (r > 0)
-        reply_held(req, &held);
-    if (r != 0)
-        return;
-    char *buf = thread_buf(size);
-    if (!buf) {
-        fuse_reply_err(req, ENOMEM);
-        return;
-    }
-    r = tbm_view_read(fs->views, n.view, t, buf, (uint64_t)off, size, &got);
-    if (r < 0)
-        reply_failure(req, n.tensor, n.view, r);
-    else
-        fuse_reply_buf(req, buf, got);
-}
-
+/* One call into the views per read; what comes back says how to reply. A
+ * rendered view's bytes are written from its result: the write copies them
+ * before it returns, and the file's release cannot come before the reply. */
 static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
                     struct fuse_file_info *fi)
 {
-    const struct tbm_result *s = (const struct tbm_result *)(uintptr_t)fi->fh;
+    const struct tbm_fs *fs = fs_of(req);
+    struct tbm_file *file = (struct tbm_file *)(uintptr_t)fi->fh;
+    struct tbm_reply reply;
+    struct node n;
+    char *buf = thread_buf(size);
 
-    if (s)
-        read_result(req, s, size, off);
-    else
-        read_view(req, ino, size, off);
+    if (!buf) {
+        fuse_reply_err(req, ENOMEM);
+        return;
+    }
+    int r = tbm_file_read(file, (uint64_t)off, size, buf, fs->splice, &reply);
+    if (r < 0) {
+        if (decode_ino(fs, ino, &n))
+            reply_failure(req, n.tensor, n.view, r);
+        else
+            fuse_reply_err(req, status_errno(r));
+        return;
+    }
+    switch (reply.kind) {
+    case TBM_REPLY_SPLICE:
+        reply_splice(req, &reply.range);
+        break;
+    case TBM_REPLY_HELD:
+        reply_held(req, &reply.held);
+        break;
+    case TBM_REPLY_BYTES:
+        fuse_reply_buf(req, reply.data, reply.len);
+        break;
+    }
+    tbm_reply_done(&reply);
 }
 
 static void op_statfs(fuse_req_t req, fuse_ino_t ino)

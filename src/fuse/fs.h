@@ -65,10 +65,10 @@ extern const struct fuse_lowlevel_ops tbm_fs_ops;
  * for the loop's thread, which they stop (libfuse's workers block them too). */
 int tbm_fs_thread(pthread_t *thread, void *(*fn)(void *), void *arg);
 
-/* Renders view of tensor t for an open and answers req: fuse_reply_open
- * with the result in fi->fh, or the error. */
-void tbm_fs_open_result(const struct tbm_fs *fs, fuse_req_t req, struct fuse_file_info *fi,
-                        const struct tbm_view *view, size_t t);
+/* Opens view of tensor t (rendering it, for a rendered view) and answers
+ * req: fuse_reply_open with the open file in fi->fh, or the error. */
+void tbm_fs_open_file(const struct tbm_fs *fs, fuse_req_t req, struct fuse_file_info *fi,
+                      const struct tbm_view *view, size_t t);
 
 /* A thread that answers, one at a time, the opens of views that are generated
  * when opened (the self-tests), so that a self-test never holds a FUSE
@@ -76,7 +76,7 @@ void tbm_fs_open_result(const struct tbm_fs *fs, fuse_req_t req, struct fuse_fil
  * takes the waiting openers' users in turn: the next open is that of the user
  * served least recently (of those never served, the earliest asked). */
 int tbm_deferred_start(const struct tbm_fs *fs, struct tbm_deferred **out);
-/* Queues an open for tbm_fs_open_result; false when out of memory. */
+/* Queues an open for tbm_fs_open_file; false when out of memory. */
 bool tbm_deferred_push(struct tbm_deferred *d, fuse_req_t req, const struct fuse_file_info *fi,
                        const struct tbm_view *view, size_t t);
 /* Stops the self-test under way (a root report between two tensors), answers
