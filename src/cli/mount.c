@@ -10,6 +10,7 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/vfs.h>
 #include <unistd.h>
 
 #include "cli.h"
@@ -84,8 +85,11 @@ static void warn_mountpoint(const char *mountpoint, const struct stat *st)
 static bool mountpoint_usable(const char *mountpoint)
 {
     struct stat st;
+    struct statfs sf;
 
-    if (stat(mountpoint, &st) != 0) {
+    /* stat of a dead FUSE mount may still be answered from the kernel's
+     * cache of its attributes; statfs always asks the daemon */
+    if (stat(mountpoint, &st) != 0 || statfs(mountpoint, &sf) != 0) {
         if (errno == ENOTCONN)
             tbm_log(TBM_LOG_ERROR,
                     "%s: a mount whose daemon is gone: unmount it first (fusermount3 -u %s)",

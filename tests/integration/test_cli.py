@@ -8,6 +8,7 @@ page's OPTIONS."""
 import os
 import re
 import stat
+import time
 
 import harness
 import models
@@ -141,6 +142,29 @@ def logfile(suite, good):
     suite.case("-o logfile=PATH: every message there, 0600, UTC-stamped, appended", go)
 
 
+def dead_mount(suite, good):
+    def go():
+        m = harness.Mount(suite, good)
+        try:
+            eq(m.start(), 0, "first mount")
+            m.kill()
+            m.wait_exit(10)
+            deadline = time.monotonic() + 5
+            # statfs asks the daemon; stat may be answered from the kernel's cache
+            while harness.errno_of(os.statvfs, m.path) == 0 and time.monotonic() < deadline:
+                time.sleep(0.02)
+            eq(harness.ename(harness.errno_of(os.statvfs, m.path)), "ENOTCONN", "dead mount")
+            rc, _, err = run_tbmfs([good, m.path])
+            eq(rc, 1, "exit of a mount over the dead one (%r)" % err)
+            check("unmount it first" in err and m.path in err, "the line: %r" % err)
+            eq(len(open("/proc/self/mounts").read().split(" " + m.path + " ")), 2,
+               "mounts at the mount point")
+        finally:
+            m.stop()
+
+    suite.case("a dead mount point is refused: unmount it first", go)
+
+
 def main(suite):
     gen = harness.load_gen()
     good = os.path.join(suite.tmp, "good.tbm")
@@ -161,6 +185,7 @@ def main(suite):
 
     suite.case("README, man page and --help name the same options", docs)
     logfile(suite, broken)
+    dead_mount(suite, good)
 
 
 if __name__ == "__main__":
