@@ -51,12 +51,16 @@ const char *tbm_views_tensor_dir(const struct tbm_views *views, size_t t);
 long tbm_views_find_tensor(const struct tbm_views *views, const char *dir, size_t len);
 struct timespec tbm_views_mtime(const struct tbm_views *views);
 
-/* The path or URL of tensor t's source (a manifest's file, or the model's). */
-const char *tbm_views_source_name(const struct tbm_views *views, size_t t);
+/* Writes into buf the path or URL of tensor t's source: the model's, or a
+ * manifest's file under its directory. */
+void tbm_views_source_name(const struct tbm_views *views, size_t t, char *buf, size_t len);
 
 /* True once, the first time it is asked after tensor t's source changed in
  * place: then buf says how ("size 100 -> 80"), for the one log line. */
 bool tbm_views_change_report(const struct tbm_views *views, size_t t, char *buf, size_t len);
+
+/* A watch over the model's local files (tbm_model_watch_open). */
+int tbm_views_watch_open(const struct tbm_views *views, struct tbm_watch **out);
 
 /* The rows of a place, in listing order; i < tbm_view_count(place). */
 size_t tbm_view_count(enum tbm_view_place place);

@@ -177,6 +177,7 @@ static int serve(struct fuse_args *args, const struct tbm_cli *cli, struct tbm_f
     /* Threads start after fuse_daemonize, whose fork they would not survive.
      * Without this one, self-tests run in the FUSE workers. */
     tbm_deferred_start(fs, &fs->deferred);
+    tbm_fs_watch_start(fs, &fs->watch);
     if (opts->singlethread) {
         r = fuse_session_loop(se);
     } else {
@@ -194,6 +195,8 @@ static int serve(struct fuse_args *args, const struct tbm_cli *cli, struct tbm_f
      * SIGTERM are the ordinary way to stop, not a failure. */
     r = r >= 0 ? 0 : 1;
 out_stop:
+    tbm_fs_watch_stop(fs->watch);
+    fs->watch = NULL;
     tbm_deferred_stop(fs->deferred);
     fs->deferred = NULL;
 out_unmount:

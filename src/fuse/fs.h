@@ -11,6 +11,7 @@
 #include "tbm/view.h"
 
 struct tbm_deferred;
+struct tbm_fs_watch;
 
 /* Distinct failures remembered (and so logged once each); past this many,
  * one line says that further ones go unlogged. */
@@ -40,6 +41,7 @@ struct tbm_fs {
     bool splice;                   /* byte ranges of the source are spliced: wanted, then
                                     * kept by init only if the kernel and pipe allow */
     struct tbm_deferred *deferred; /* answers the self-test opens; NULL: inline */
+    struct tbm_fs_watch *watch;    /* the watch of the local files; NULL: none */
     struct fuse_session *se;       /* for the kernel-cache notifications */
     bool debug;                    /* -d: name the file of each node opened */
     struct tbm_fs_failures failures;
@@ -53,6 +55,17 @@ fuse_ino_t tbm_fs_last_ino(const struct tbm_fs *fs);
  * source changed in place is logged once more and the kernel's cache of the
  * tree dropped. */
 void tbm_fs_failed(struct tbm_fs *fs, long tensor, const struct tbm_view *view, int status);
+
+/* Logs, once each, the sources found changed since the mount and drops the
+ * kernel's cache of every file of the tree. From a thread that serves no
+ * request: the kernel may hold the very pages a request is answering. */
+void tbm_fs_sources_changed(struct tbm_fs *fs);
+
+/* A thread that watches the model's local files and calls
+ * tbm_fs_sources_changed as soon as one changes; none for a URL. Start it
+ * after fuse_daemonize; stop (NULL allowed) before the session goes. */
+int tbm_fs_watch_start(struct tbm_fs *fs, struct tbm_fs_watch **out);
+void tbm_fs_watch_stop(struct tbm_fs_watch *watch);
 
 /* Sets the views of fs and the inode layout that follows from the table. */
 void tbm_fs_init(struct tbm_fs *fs, struct tbm_views *views);

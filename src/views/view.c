@@ -4,6 +4,7 @@
 
 #include <assert.h>
 #include <json-c/json.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -258,11 +259,14 @@ enum tbm_view_place tbm_view_place(const struct tbm_view *view)
     return view->place;
 }
 
-const char *tbm_views_source_name(const struct tbm_views *v, size_t t)
+void tbm_views_source_name(const struct tbm_views *v, size_t t, char *buf, size_t len)
 {
     const struct tbm_tensor *tensor = &v->model->tensors[t];
 
-    return tensor->owns_src ? tensor->src->name : v->model->path;
+    if (tensor->owns_src)
+        snprintf(buf, len, "%s/%s", v->model->path, tensor->src->name);
+    else
+        snprintf(buf, len, "%s", v->model->path);
 }
 
 bool tbm_views_change_report(const struct tbm_views *v, size_t t, char *buf, size_t len)
@@ -270,6 +274,11 @@ bool tbm_views_change_report(const struct tbm_views *v, size_t t, char *buf, siz
     struct tbm_source *src = v->model->tensors[t].src;
 
     return src && tbm_source_take_report(src, buf, len);
+}
+
+int tbm_views_watch_open(const struct tbm_views *v, struct tbm_watch **out)
+{
+    return tbm_model_watch_open(v->model, out);
 }
 
 bool tbm_view_present(const struct tbm_views *v, const struct tbm_view *view)
