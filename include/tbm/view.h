@@ -90,6 +90,11 @@ bool tbm_view_slow(const struct tbm_view *view);
  * that an open is answered at once: cheap, one lookup, never renders. */
 bool tbm_view_ready(const struct tbm_views *views, const struct tbm_view *view, size_t t);
 
+/* Whether tensor t's statistics are computed, so that what needs them
+ * (user.tbm.density, header.json) is answered at once; computing them reads
+ * the whole tensor. */
+bool tbm_views_stats_ready(const struct tbm_views *views, size_t t);
+
 /* Whether the view can be served: false for the views of a broken tensor
  * that validation found unsafe. Such a view has size 0 and its reads fail
  * with TBM_ERR_BROKEN. */

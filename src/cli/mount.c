@@ -175,8 +175,9 @@ static int serve(struct fuse_args *args, const struct tbm_cli *cli, struct tbm_f
     fs->debug = opts->debug;
     tbm_fs_widen_readahead(cli->mountpoint);
     /* Threads start after fuse_daemonize, whose fork they would not survive.
-     * Without this one, self-tests run in the FUSE workers. */
+     * Without them, self-tests and statistics run in the FUSE workers. */
     tbm_deferred_start(fs, &fs->deferred);
+    tbm_deferred_start(fs, &fs->stats);
     tbm_fs_watch_start(fs, &fs->watch);
     if (opts->singlethread) {
         r = fuse_session_loop(se);
@@ -197,6 +198,8 @@ static int serve(struct fuse_args *args, const struct tbm_cli *cli, struct tbm_f
 out_stop:
     tbm_fs_watch_stop(fs->watch);
     fs->watch = NULL;
+    tbm_deferred_stop(fs->stats);
+    fs->stats = NULL;
     tbm_deferred_stop(fs->deferred);
     fs->deferred = NULL;
 out_unmount:

@@ -134,6 +134,11 @@ out:
     return r;
 }
 
+bool tbm_tensor_stats_ready(const struct tbm_model *m, size_t t)
+{
+    return atomic_load_explicit(&m->stats->slots[t].ready, memory_order_acquire);
+}
+
 const struct tbm_tensor_stats *tbm_tensor_stats(const struct tbm_model *m, size_t t)
 {
     struct tbm_stats_table *st = m->stats;

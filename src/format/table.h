@@ -121,6 +121,10 @@ struct tbm_tensor_stats {
  * caller waits for the first); NULL only when out of memory. */
 const struct tbm_tensor_stats *tbm_tensor_stats(const struct tbm_model *model, size_t t);
 
+/* Whether t's statistics are computed, so that tbm_tensor_stats returns at
+ * once. */
+bool tbm_tensor_stats_ready(const struct tbm_model *model, size_t t);
+
 /* Where the stored bytes of mask groups [g0, g0 + n) of t lie: *len bytes
  * at *off of t->src, fewer than n words when the layout stores fewer. */
 void tbm_mask_stored(const struct tbm_tensor *t, uint64_t g0, uint64_t n, uint64_t *off,

@@ -1,19 +1,23 @@
-/* Opens of the self-test files are answered by a thread of their own, one at
- * a time, so that self-tests never hold the workers that serve the rest; the
- * waiting openers' users are taken in turn, so that one user's many opens
- * cannot make another's wait behind all of them. */
+/* Requests that take seconds (opens of the self-test files; opens and
+ * extended attributes that need a tensor's statistics) are answered by a
+ * thread of their own, one at a time, so that they never hold the workers
+ * that serve the rest; the waiting requests' users are taken in turn, so
+ * that one user's many requests cannot make another's wait behind them. */
 #include "fs.h"
 
 #include <errno.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 struct job {
     fuse_req_t req;
-    struct fuse_file_info fi;
-    const struct tbm_view *view;
+    struct fuse_file_info fi;    /* an open's */
+    const struct tbm_view *view; /* an open's; NULL: an extended attribute */
     size_t t;
+    char *name; /* getxattr's name; NULL: listxattr */
+    size_t size;
     uint64_t arrival; /* breaks ties between users never served */
     struct job *next;
 };
@@ -43,6 +47,12 @@ struct tbm_deferred {
     uint64_t arrivals, runs;
     bool stopping;
 };
+
+static void free_job(struct job *j)
+{
+    free(j->name);
+    free(j);
+}
 
 /* Forgets the least recently served idle user while too many are kept. */
 static void forget_idle(struct tbm_deferred *d)
@@ -107,9 +117,11 @@ static void *run(void *arg)
     while ((j = take(d))) {
         if (fuse_req_interrupted(j->req))
             fuse_reply_err(j->req, EINTR);
-        else
+        else if (j->view)
             tbm_fs_open_file(d->fs, j->req, &j->fi, j->view, j->t);
-        free(j);
+        else
+            tbm_fs_reply_xattr(d->fs, j->req, j->t, j->name, j->size);
+        free_job(j);
     }
     return NULL;
 }
@@ -145,7 +157,7 @@ static void on_interrupt(fuse_req_t req, void *arg)
     pthread_mutex_unlock(&d->lock);
     if (found) {
         fuse_reply_err(req, EINTR);
-        free(found);
+        free_job(found);
     }
 }
 
@@ -188,15 +200,12 @@ static struct user *user_of(struct tbm_deferred *d, uid_t uid)
     return u;
 }
 
-bool tbm_deferred_push(struct tbm_deferred *d, fuse_req_t req, const struct fuse_file_info *fi,
-                       const struct tbm_view *view, size_t t)
+/* Queues j for its user; false when out of memory (j is then the caller's). */
+static bool push(struct tbm_deferred *d, struct job *j)
 {
-    struct job *j = malloc(sizeof(*j));
+    fuse_req_t req = j->req;
     struct user *u = NULL;
 
-    if (!j)
-        return false;
-    *j = (struct job){.req = req, .fi = *fi, .view = view, .t = t};
     fuse_req_interrupt_func(req, on_interrupt, d);
     /* An interrupt from now on finds the job queued; one that came before
      * has marked the request, and is answered here. */
@@ -216,12 +225,41 @@ bool tbm_deferred_push(struct tbm_deferred *d, fuse_req_t req, const struct fuse
     pthread_mutex_unlock(&d->lock);
     if (interrupted) {
         fuse_reply_err(req, EINTR);
-        free(j);
-    } else if (!u) {
+        free_job(j);
+    }
+    return interrupted || u;
+}
+
+bool tbm_deferred_push(struct tbm_deferred *d, fuse_req_t req, const struct fuse_file_info *fi,
+                       const struct tbm_view *view, size_t t)
+{
+    struct job *j = malloc(sizeof(*j));
+
+    if (!j)
+        return false;
+    *j = (struct job){.req = req, .fi = *fi, .view = view, .t = t};
+    if (push(d, j))
+        return true;
+    free_job(j);
+    return false;
+}
+
+bool tbm_deferred_push_xattr(struct tbm_deferred *d, fuse_req_t req, size_t t, const char *name,
+                             size_t size)
+{
+    struct job *j = calloc(1, sizeof(*j));
+
+    if (!j || (name && !(j->name = strdup(name)))) {
         free(j);
         return false;
     }
-    return true;
+    j->req = req;
+    j->t = t;
+    j->size = size;
+    if (push(d, j))
+        return true;
+    free_job(j);
+    return false;
 }
 
 void tbm_deferred_stop(struct tbm_deferred *d)
@@ -241,7 +279,7 @@ void tbm_deferred_stop(struct tbm_deferred *d)
         for (struct job *j = u->head, *next; j; j = next) {
             next = j->next;
             fuse_reply_err(j->req, ENOTCONN);
-            free(j);
+            free_job(j);
         }
         free(u);
     }

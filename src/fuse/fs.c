@@ -424,10 +424,13 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
         return;
     }
     size_t t = node_tensor(&n);
-    /* A result already rendered is handed over here: queued, its open would
-     * wait for the self-tests of others for nothing. */
-    if (tbm_view_slow(n.view) && fs->deferred && !tbm_view_ready(fs->views, n.view, t) &&
-        tbm_deferred_push(fs->deferred, req, fi, n.view, t))
+    /* A rendered view not rendered yet may take seconds (a self-test, or
+     * statistics that read the whole tensor or model): answered on a thread
+     * of its own. A result already rendered is handed over here: queued, its
+     * open would wait for the work of others for nothing. */
+    struct tbm_deferred *queue = tbm_view_slow(n.view) ? fs->deferred : fs->stats;
+    if (tbm_view_rendered(n.view) && queue && !tbm_view_ready(fs->views, n.view, t) &&
+        tbm_deferred_push(queue, req, fi, n.view, t))
         return;
     tbm_fs_open_file(fs, req, fi, n.view, t);
 }
@@ -633,28 +636,21 @@ static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_
     erofs(req);
 }
 
-/* Attributes live on tensor directories and their files; the root's files
- * and directories have none. size 0 asks for the length alone. */
-static void op_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t size)
+void tbm_fs_reply_xattr(const struct tbm_fs *fs, fuse_req_t req, size_t t, const char *name,
+                        size_t size)
 {
-    const struct tbm_fs *fs = fs_of(req);
-    struct node n;
-    size_t len;
-
-    if (!decode_ino(fs, ino, &n)) {
-        fuse_reply_err(req, ENOENT);
-        return;
-    }
-    if (n.tensor < 0) {
-        fuse_reply_err(req, ENODATA);
-        return;
-    }
+    size_t len = name ? 0 : tbm_xattr_list(fs->views, t, NULL, 0);
     char *buf = size ? malloc(size) : NULL;
+    int r = 0;
+
     if (size && !buf) {
         fuse_reply_err(req, ENOMEM);
         return;
     }
-    int r = tbm_xattr_get(fs->views, (size_t)n.tensor, name, buf, size, &len);
+    if (name)
+        r = tbm_xattr_get(fs->views, t, name, buf, size, &len);
+    else if (size >= len)
+        tbm_xattr_list(fs->views, t, buf, size);
     if (r < 0)
         fuse_reply_err(req, status_errno(r));
     else if (size == 0)
@@ -666,7 +662,11 @@ static void op_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t
     free(buf);
 }
 
-static void op_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
+/* Attributes live on tensor directories and their files; the root's files
+ * and directories have none. size 0 asks for the length alone. Whether
+ * user.tbm.density is there, and its value, need the tensor's statistics:
+ * until they are computed, on the statistics' thread. */
+static void xattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t size)
 {
     const struct tbm_fs *fs = fs_of(req);
     struct node n;
@@ -675,25 +675,30 @@ static void op_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
         fuse_reply_err(req, ENOENT);
         return;
     }
-    size_t t = n.tensor < 0 ? 0 : (size_t)n.tensor;
-    size_t need = n.tensor < 0 ? 0 : tbm_xattr_list(fs->views, t, NULL, 0);
-    if (size == 0) {
-        fuse_reply_xattr(req, need);
+    if (n.tensor < 0) {
+        if (name)
+            fuse_reply_err(req, ENODATA);
+        else if (size == 0)
+            fuse_reply_xattr(req, 0);
+        else
+            fuse_reply_buf(req, NULL, 0);
         return;
     }
-    if (need > size) {
-        fuse_reply_err(req, ERANGE);
+    size_t t = (size_t)n.tensor;
+    if (fs->stats && !tbm_views_stats_ready(fs->views, t) &&
+        tbm_deferred_push_xattr(fs->stats, req, t, name, size))
         return;
-    }
-    char *buf = malloc(need ? need : 1);
-    if (!buf) {
-        fuse_reply_err(req, ENOMEM);
-        return;
-    }
-    if (need)
-        tbm_xattr_list(fs->views, t, buf, need);
-    fuse_reply_buf(req, buf, need);
-    free(buf);
+    tbm_fs_reply_xattr(fs, req, t, name, size);
+}
+
+static void op_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t size)
+{
+    xattr(req, ino, name, size);
+}
+
+static void op_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
+{
+    xattr(req, ino, NULL, size);
 }
 
 static void op_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name, const char *value,

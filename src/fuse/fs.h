@@ -41,6 +41,7 @@ struct tbm_fs {
     bool splice;                   /* byte ranges of the source are spliced: wanted, then
                                     * kept by init only if the kernel and pipe allow */
     struct tbm_deferred *deferred; /* answers the self-test opens; NULL: inline */
+    struct tbm_deferred *stats;    /* answers what waits for statistics; NULL: inline */
     struct tbm_fs_watch *watch;    /* the watch of the local files; NULL: none */
     struct fuse_session *se;       /* for the kernel-cache notifications */
     bool debug;                    /* -d: name the file of each node opened */
@@ -78,6 +79,11 @@ extern const struct fuse_lowlevel_ops tbm_fs_ops;
  * for the loop's thread, which they stop (libfuse's workers block them too). */
 int tbm_fs_thread(pthread_t *thread, void *(*fn)(void *), void *arg);
 
+/* Answers a getxattr of name (listxattr when name is NULL) on tensor t's
+ * directory or files, size bytes at most (0: the length alone). */
+void tbm_fs_reply_xattr(const struct tbm_fs *fs, fuse_req_t req, size_t t, const char *name,
+                        size_t size);
+
 /* Opens view of tensor t (rendering it, for a rendered view) and answers
  * req: fuse_reply_open with the open file in fi->fh, or the error. */
 void tbm_fs_open_file(const struct tbm_fs *fs, fuse_req_t req, struct fuse_file_info *fi,
@@ -92,6 +98,10 @@ int tbm_deferred_start(const struct tbm_fs *fs, struct tbm_deferred **out);
 /* Queues an open for tbm_fs_open_file; false when out of memory. */
 bool tbm_deferred_push(struct tbm_deferred *d, fuse_req_t req, const struct fuse_file_info *fi,
                        const struct tbm_view *view, size_t t);
+/* Queues a getxattr (name) or listxattr (name NULL) of tensor t's files
+ * for tbm_fs_reply_xattr; false when out of memory. */
+bool tbm_deferred_push_xattr(struct tbm_deferred *d, fuse_req_t req, size_t t, const char *name,
+                             size_t size);
 /* Stops the self-test under way (a root report between two tensors), answers
  * the opens still queued with ENOTCONN and frees d (which may be NULL). */
 void tbm_deferred_stop(struct tbm_deferred *d);

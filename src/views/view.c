@@ -281,6 +281,11 @@ int tbm_views_watch_open(const struct tbm_views *v, struct tbm_watch **out)
     return tbm_model_watch_open(v->model, out);
 }
 
+bool tbm_views_stats_ready(const struct tbm_views *v, size_t t)
+{
+    return tbm_tensor_stats_ready(v->model, t);
+}
+
 bool tbm_view_present(const struct tbm_views *v, const struct tbm_view *view)
 {
     return !view->present || view->present(v);
