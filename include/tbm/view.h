@@ -153,18 +153,25 @@ struct tbm_reply {
     const char *data;
     size_t len;
     struct tbm_source_range range;
+    struct tbm_source *src; /* SPLICE: the source of range, for tbm_reply_check */
     struct tbm_source_hold held;
 };
 
 /* The one call of a read: up to len bytes at off, short only at the end of
  * the file. Bytes that lie as stored in a source come back as a range of its
- * descriptor when splice allows one, else held where the source keeps them
+ * descriptor when splice allows one (see tbm_reply_check), else held where the source keeps them
  * in memory; any other bytes are computed into buf (len bytes at least). A
  * reply's data stays valid until the file is closed or tbm_reply_done. Fails
  * with TBM_ERR_IO when the source cannot be read, TBM_ERR_CHANGED when it
  * changed since the mount. */
 int tbm_file_read(struct tbm_file *file, uint64_t off, size_t len, char *buf, bool splice,
                   struct tbm_reply *out);
+
+/* For a SPLICE reply: 0 while its range is still the source's bytes as at
+ * the mount, else TBM_ERR_CHANGED or TBM_ERR_IO. The caller takes the
+ * source's pages first and checks after, so that a change between the two
+ * is never sent; the range is not checked by tbm_file_read. */
+int tbm_reply_check(const struct tbm_reply *reply);
 void tbm_reply_done(struct tbm_reply *reply);
 
 /* Extended attributes of tensor t's directory and of each of its files:

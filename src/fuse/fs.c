@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/ioctl.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
@@ -500,16 +501,123 @@ static char *thread_buf(size_t size)
     return data;
 }
 
-/* Replies with bytes of the source, spliced when they fill two pages or more
- * (libfuse copies smaller replies). */
-static void reply_splice(fuse_req_t req, const struct tbm_source_range *src)
-{
-    struct fuse_bufvec bv = FUSE_BUFVEC_INIT(src->len);
+/* A worker's pipe for the source's pages of a spliced reply, sized for the
+ * largest; -1 when none can be had. */
+struct splice_pipe {
+    int fd[2];
+    size_t cap;
+};
 
-    bv.buf[0].flags = FUSE_BUF_IS_FD | FUSE_BUF_FD_SEEK;
-    bv.buf[0].fd = src->fd;
-    bv.buf[0].pos = (off_t)src->pos;
-    fuse_reply_data(req, &bv, 0);
+static pthread_key_t pipe_key;
+static pthread_once_t pipe_once = PTHREAD_ONCE_INIT;
+
+static void close_pipe(struct splice_pipe *p)
+{
+    if (p->fd[0] >= 0) {
+        close(p->fd[0]);
+        close(p->fd[1]);
+    }
+    p->fd[0] = p->fd[1] = -1;
+    p->cap = 0;
+}
+
+static void free_pipe(void *arg)
+{
+    close_pipe(arg);
+    free(arg);
+}
+
+static void make_pipe_key(void)
+{
+    pthread_key_create(&pipe_key, free_pipe);
+}
+
+static struct splice_pipe *thread_pipe(size_t len)
+{
+    pthread_once(&pipe_once, make_pipe_key);
+    struct splice_pipe *p = pthread_getspecific(pipe_key);
+    if (!p) {
+        if (!(p = malloc(sizeof(*p))))
+            return NULL;
+        p->fd[0] = p->fd[1] = -1;
+        p->cap = 0;
+        if (pthread_setspecific(pipe_key, p) != 0) {
+            free(p);
+            return NULL;
+        }
+    }
+    if (p->fd[0] < 0 && pipe2(p->fd, O_CLOEXEC) != 0)
+        return NULL;
+    /* A page spliced in takes a whole slot of the pipe, however little of
+     * it the range covers: a range that starts inside a page spans one
+     * page more than its length. */
+    size_t need = len + 2 * 4096;
+    if (p->cap < need) {
+        int cap = fcntl(p->fd[1], F_SETPIPE_SZ, (int)need);
+        if (cap < 0 || (size_t)cap < need)
+            return NULL;
+        p->cap = (size_t)cap;
+    }
+    return p;
+}
+
+/* Moves the source's pages of range into p: how many bytes. */
+static ssize_t fill_pipe(struct splice_pipe *p, const struct tbm_source_range *range)
+{
+    loff_t pos = (loff_t)range->pos;
+    size_t done = 0;
+
+    while (done < range->len) {
+        ssize_t n = splice(range->fd, &pos, p->fd[1], NULL, range->len - done,
+                           SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0)
+            return -1;
+        if (n == 0)
+            break;
+        done += (size_t)n;
+    }
+    return (ssize_t)done;
+}
+
+/* Replies with bytes of the source, spliced: the source's pages are taken
+ * into a pipe first and the source checked after, so that a change made
+ * before they were taken is never sent (one made between the check and the
+ * kernel's copy to the reader still can be: the pipe holds the pages, not a
+ * copy of them). Returns 0 once answered, the failure to answer with, or 1
+ * when the bytes are better read (a small reply) or the pages could not be
+ * taken (no pipe, or the pipe refused them). */
+static int reply_splice(fuse_req_t req, const struct tbm_reply *reply)
+{
+    const struct tbm_source_range *range = &reply->range;
+    struct splice_pipe *p = range->len < 2 * 4096 ? NULL : thread_pipe(range->len);
+    struct fuse_bufvec bv = FUSE_BUFVEC_INIT(range->len);
+    ssize_t got;
+    int r, left = 0;
+
+    /* As libfuse does: a reply of less than two pages is copied, not
+     * spliced, and costs less so. */
+    if (range->len < 2 * 4096 || !p)
+        return 1;
+    got = fill_pipe(p, range);
+    if (got < 0) {
+        close_pipe(p);
+        return 1;
+    }
+    r = tbm_reply_check(reply);
+    if (r == 0 && (size_t)got != range->len)
+        r = TBM_ERR_IO;
+    if (r == 0) {
+        bv.buf[0].size = (size_t)got;
+        bv.buf[0].flags = FUSE_BUF_IS_FD;
+        bv.buf[0].fd = p->fd[0];
+        fuse_reply_data(req, &bv, FUSE_BUF_SPLICE_MOVE);
+    }
+    /* whatever was not sent must not lead the next reply */
+    if (ioctl(p->fd[0], FIONREAD, &left) != 0 || left != 0)
+        close_pipe(p);
+    return r;
 }
 
 /* Replies with bytes held in a remote source's cache, written to the kernel
@@ -541,6 +649,10 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
         return;
     }
     int r = tbm_file_read(file, (uint64_t)off, size, buf, fs->splice, &reply);
+    if (r == 0 && reply.kind == TBM_REPLY_SPLICE && (r = reply_splice(req, &reply)) == 0)
+        return;
+    if (r == 1)
+        r = tbm_file_read(file, (uint64_t)off, size, buf, false, &reply);
     if (r < 0) {
         if (decode_ino(fs, ino, &n))
             reply_failure(req, n.tensor, n.view, r);
@@ -549,8 +661,7 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
         return;
     }
     switch (reply.kind) {
-    case TBM_REPLY_SPLICE:
-        reply_splice(req, &reply.range);
+    case TBM_REPLY_SPLICE: /* answered above */
         break;
     case TBM_REPLY_HELD:
         reply_held(req, &reply.held);

@@ -571,8 +571,8 @@ int tbm_file_read(struct tbm_file *f, uint64_t off, size_t len, char *buf, bool 
     if (r > 0 && splice && sp.src->fd >= 0) {
         out->kind = TBM_REPLY_SPLICE;
         out->range = (struct tbm_source_range){.fd = sp.src->fd, .pos = sp.pos, .len = sp.len};
-        r = still_inside(sp.src, &out->range);
-        return r < 0 ? r : 0;
+        out->src = sp.src;
+        return 0;
     }
     if (r > 0) {
         r = tbm_source_hold(sp.src, sp.pos, sp.len, &out->held);
@@ -588,6 +588,13 @@ int tbm_file_read(struct tbm_file *f, uint64_t off, size_t len, char *buf, bool 
         return r;
     out->len = got;
     return 0;
+}
+
+int tbm_reply_check(const struct tbm_reply *reply)
+{
+    int r = still_inside(reply->src, &reply->range);
+
+    return r < 0 ? r : 0;
 }
 
 void tbm_reply_done(struct tbm_reply *reply)
