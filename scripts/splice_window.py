@@ -5,7 +5,8 @@ where the contract wants EIO. Each trial mounts a fresh 4 MiB container, reads r
 512 KiB requests in a loop while another thread rewrites the file in place, and counts the
 trial as a leak when any reply holds a byte of the rewrite. Not a test: a race, measured.
 
-Usage: scripts/splice_window.py [TRIALS] (default 1000); TBMFS= picks the binary."""
+Usage: scripts/splice_window.py [TRIALS [OPTION...]] (default 1000; options go to tbmfs, e.g.
+-o nosplice); TBMFS= picks the binary."""
 
 import mmap
 import os
@@ -37,7 +38,7 @@ def trial(work, a, b, rng):
     mnt = os.path.join(work, "mnt")
     with open(src, "wb") as f:
         f.write(a)
-    subprocess.run([TBMFS, src, mnt], check=True, timeout=30)
+    subprocess.run([TBMFS] + sys.argv[2:] + [src, mnt], check=True, timeout=30)
     leaked = False
     try:
         path = os.path.join(mnt, "tensors", "w", "raw.tb")
@@ -80,7 +81,8 @@ def main():
         b = make(gen, os.path.join(work, "b.tbm"), 2)
         assert len(a) == len(b)
         leaks = sum(trial(work, a, b, rng) for _ in range(trials))
-    print("%s: %d of %d trials sent bytes of the rewrite" % (TBMFS, leaks, trials))
+    print("%s %s: %d of %d trials sent bytes of the rewrite"
+          % (TBMFS, " ".join(sys.argv[2:]), leaks, trials))
 
 
 if __name__ == "__main__":

@@ -159,13 +159,18 @@ struct tbm_reply {
 
 /* The one call of a read: up to len bytes at off, short only at the end of
  * the file. Bytes that lie as stored in a source come back as a range of its
- * descriptor when splice allows one (see tbm_reply_check), else held where the source keeps them
+ * descriptor when flags allow one (see tbm_reply_check), else held where the source keeps them
  * in memory; any other bytes are computed into buf (len bytes at least). A
  * reply's data stays valid until the file is closed or tbm_reply_done. Fails
  * with TBM_ERR_IO when the source cannot be read, TBM_ERR_CHANGED when it
- * changed since the mount. */
-int tbm_file_read(struct tbm_file *file, uint64_t off, size_t len, char *buf, bool splice,
+ * changed since the mount, TBM_ERR_AGAIN (with TBM_READ_NOWAIT) when it
+ * would wait for a remote source's transfer. */
+int tbm_file_read(struct tbm_file *file, uint64_t off, size_t len, char *buf, unsigned flags,
                   struct tbm_reply *out);
+
+/* flags of tbm_file_read */
+#define TBM_READ_SPLICE 1u /* a descriptor range may be the reply */
+#define TBM_READ_NOWAIT 2u /* fail with TBM_ERR_AGAIN rather than wait for a transfer */
 
 /* For a SPLICE reply: 0 while its range is still the source's bytes as at
  * the mount, else TBM_ERR_CHANGED or TBM_ERR_IO. The caller takes the

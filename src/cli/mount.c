@@ -154,6 +154,11 @@ static int add_mount_options(struct fuse_args *args, const char *raw, unsigned m
     return r;
 }
 
+/* Reads of a remote source that wait for its transfers, at once: as many as
+ * the FUSE workers may be, so that moving the waits off them costs nothing
+ * in throughput. */
+#define TRANSFER_WAITERS 10
+
 static int serve(struct fuse_args *args, const struct tbm_cli *cli, struct tbm_fs *fs)
 {
     const struct fuse_cmdline_opts *opts = &cli->fuse;
@@ -176,8 +181,10 @@ static int serve(struct fuse_args *args, const struct tbm_cli *cli, struct tbm_f
     tbm_fs_widen_readahead(cli->mountpoint);
     /* Threads start after fuse_daemonize, whose fork they would not survive.
      * Without them, self-tests and statistics run in the FUSE workers. */
-    tbm_deferred_start(fs, &fs->deferred);
-    tbm_deferred_start(fs, &fs->stats);
+    tbm_deferred_start(fs, 1, &fs->deferred);
+    tbm_deferred_start(fs, 1, &fs->stats);
+    if (tbm_source_is_url(cli->sources[0]))
+        tbm_deferred_start(fs, TRANSFER_WAITERS, &fs->transfers);
     tbm_fs_watch_start(fs, &fs->watch);
     if (opts->singlethread) {
         r = fuse_session_loop(se);
@@ -198,6 +205,8 @@ static int serve(struct fuse_args *args, const struct tbm_cli *cli, struct tbm_f
 out_stop:
     tbm_fs_watch_stop(fs->watch);
     fs->watch = NULL;
+    tbm_deferred_stop(fs->transfers);
+    fs->transfers = NULL;
     tbm_deferred_stop(fs->stats);
     fs->stats = NULL;
     tbm_deferred_stop(fs->deferred);

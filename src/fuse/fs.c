@@ -635,11 +635,11 @@ static void reply_held(fuse_req_t req, const struct tbm_source_hold *h)
 /* One call into the views per read; what comes back says how to reply. A
  * rendered view's bytes are written from its result: the write copies them
  * before it returns, and the file's release cannot come before the reply. */
-static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
-                    struct fuse_file_info *fi)
+void tbm_fs_read(const struct tbm_fs *fs, fuse_req_t req, fuse_ino_t ino,
+                 const struct fuse_file_info *fi, size_t size, off_t off, bool may_wait)
 {
-    const struct tbm_fs *fs = fs_of(req);
     struct tbm_file *file = (struct tbm_file *)(uintptr_t)fi->fh;
+    unsigned flags = (fs->splice ? TBM_READ_SPLICE : 0) | (may_wait ? 0 : TBM_READ_NOWAIT);
     struct tbm_reply reply;
     struct node n;
     char *buf = thread_buf(size);
@@ -648,11 +648,16 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
         fuse_reply_err(req, ENOMEM);
         return;
     }
-    int r = tbm_file_read(file, (uint64_t)off, size, buf, fs->splice, &reply);
+    int r = tbm_file_read(file, (uint64_t)off, size, buf, flags, &reply);
     if (r == 0 && reply.kind == TBM_REPLY_SPLICE && (r = reply_splice(req, &reply)) == 0)
         return;
     if (r == 1)
-        r = tbm_file_read(file, (uint64_t)off, size, buf, false, &reply);
+        r = tbm_file_read(file, (uint64_t)off, size, buf, flags & ~TBM_READ_SPLICE, &reply);
+    if (r == TBM_ERR_AGAIN) {
+        if (fs->transfers && tbm_deferred_push_read(fs->transfers, req, ino, fi, size, off))
+            return;
+        r = tbm_file_read(file, (uint64_t)off, size, buf, flags & ~TBM_READ_NOWAIT, &reply);
+    }
     if (r < 0) {
         if (decode_ino(fs, ino, &n))
             reply_failure(req, n.tensor, n.view, r);
@@ -671,6 +676,17 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
         break;
     }
     tbm_reply_done(&reply);
+}
+
+/* A worker never waits for a remote source's transfer while there are
+ * threads to wait for it: a stalled server would otherwise take every
+ * worker, and with them the files that need no transfer. */
+static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+                    struct fuse_file_info *fi)
+{
+    const struct tbm_fs *fs = fs_of(req);
+
+    tbm_fs_read(fs, req, ino, fi, size, off, fs->transfers == NULL);
 }
 
 static void op_statfs(fuse_req_t req, fuse_ino_t ino)

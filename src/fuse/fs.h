@@ -36,15 +36,16 @@ struct tbm_fs {
     fuse_ino_t first_tensor;                   /* inode of the first tensor's directory */
     uid_t uid;                                 /* owner of every file and directory */
     gid_t gid;
-    mode_t file_mode, dir_mode;    /* permission bits of every file, every directory */
-    unsigned max_read;             /* bytes per read request, as given in the mount options */
-    bool splice;                   /* byte ranges of the source are spliced: wanted, then
-                                    * kept by init only if the kernel and pipe allow */
-    struct tbm_deferred *deferred; /* answers the self-test opens; NULL: inline */
-    struct tbm_deferred *stats;    /* answers what waits for statistics; NULL: inline */
-    struct tbm_fs_watch *watch;    /* the watch of the local files; NULL: none */
-    struct fuse_session *se;       /* for the kernel-cache notifications */
-    bool debug;                    /* -d: name the file of each node opened */
+    mode_t file_mode, dir_mode;     /* permission bits of every file, every directory */
+    unsigned max_read;              /* bytes per read request, as given in the mount options */
+    bool splice;                    /* byte ranges of the source are spliced: wanted, then
+                                     * kept by init only if the kernel and pipe allow */
+    struct tbm_deferred *deferred;  /* answers the self-test opens; NULL: inline */
+    struct tbm_deferred *stats;     /* answers what waits for statistics; NULL: inline */
+    struct tbm_deferred *transfers; /* reads that wait for a remote source; NULL: inline */
+    struct tbm_fs_watch *watch;     /* the watch of the local files; NULL: none */
+    struct fuse_session *se;        /* for the kernel-cache notifications */
+    bool debug;                     /* -d: name the file of each node opened */
     struct tbm_fs_failures failures;
 };
 
@@ -79,6 +80,11 @@ extern const struct fuse_lowlevel_ops tbm_fs_ops;
  * for the loop's thread, which they stop (libfuse's workers block them too). */
 int tbm_fs_thread(pthread_t *thread, void *(*fn)(void *), void *arg);
 
+/* Answers a read of the open file in fi. A read that would wait for a
+ * remote source's transfer goes to fs->transfers unless may_wait. */
+void tbm_fs_read(const struct tbm_fs *fs, fuse_req_t req, fuse_ino_t ino,
+                 const struct fuse_file_info *fi, size_t size, off_t off, bool may_wait);
+
 /* Answers a getxattr of name (listxattr when name is NULL) on tensor t's
  * directory or files, size bytes at most (0: the length alone). */
 void tbm_fs_reply_xattr(const struct tbm_fs *fs, fuse_req_t req, size_t t, const char *name,
@@ -89,12 +95,12 @@ void tbm_fs_reply_xattr(const struct tbm_fs *fs, fuse_req_t req, size_t t, const
 void tbm_fs_open_file(const struct tbm_fs *fs, fuse_req_t req, struct fuse_file_info *fi,
                       const struct tbm_view *view, size_t t);
 
-/* A thread that answers, one at a time, the opens of views that are generated
- * when opened (the self-tests), so that a self-test never holds a FUSE
- * worker: ten readers of selftest files would otherwise hold them all. It
- * takes the waiting openers' users in turn: the next open is that of the user
+/* A queue of requests answered by threads of their own (threads of them,
+ * 1 to 16), so that requests that take seconds never hold the FUSE workers:
+ * ten readers of selftest files would otherwise hold them all. It takes the
+ * waiting requests' users in turn: the next request is that of the user
  * served least recently (of those never served, the earliest asked). */
-int tbm_deferred_start(const struct tbm_fs *fs, struct tbm_deferred **out);
+int tbm_deferred_start(const struct tbm_fs *fs, unsigned threads, struct tbm_deferred **out);
 /* Queues an open for tbm_fs_open_file; false when out of memory. */
 bool tbm_deferred_push(struct tbm_deferred *d, fuse_req_t req, const struct fuse_file_info *fi,
                        const struct tbm_view *view, size_t t);
@@ -102,6 +108,10 @@ bool tbm_deferred_push(struct tbm_deferred *d, fuse_req_t req, const struct fuse
  * for tbm_fs_reply_xattr; false when out of memory. */
 bool tbm_deferred_push_xattr(struct tbm_deferred *d, fuse_req_t req, size_t t, const char *name,
                              size_t size);
+/* Queues a read for tbm_fs_read, which may wait there; false when out of
+ * memory. */
+bool tbm_deferred_push_read(struct tbm_deferred *d, fuse_req_t req, fuse_ino_t ino,
+                            const struct fuse_file_info *fi, size_t size, off_t off);
 /* Stops the self-test under way (a root report between two tensors), answers
  * the opens still queued with ENOTCONN and frees d (which may be NULL). */
 void tbm_deferred_stop(struct tbm_deferred *d);

@@ -547,8 +547,9 @@ void tbm_file_close(struct tbm_file *f)
     free(f);
 }
 
-int tbm_file_read(struct tbm_file *f, uint64_t off, size_t len, char *buf, bool splice,
-                  struct tbm_reply *out)
+/* tbm_file_read, on a thread whose waits flags allow or not. */
+static int file_read(struct tbm_file *f, uint64_t off, size_t len, char *buf, unsigned flags,
+                     struct tbm_reply *out)
 {
     struct tbm_span sp;
     size_t got;
@@ -568,7 +569,7 @@ int tbm_file_read(struct tbm_file *f, uint64_t off, size_t len, char *buf, bool 
         return r;
     if (r > 0 && sp.len == 0)
         return 0;
-    if (r > 0 && splice && sp.src->fd >= 0) {
+    if (r > 0 && (flags & TBM_READ_SPLICE) && sp.src->fd >= 0) {
         out->kind = TBM_REPLY_SPLICE;
         out->range = (struct tbm_source_range){.fd = sp.src->fd, .pos = sp.pos, .len = sp.len};
         out->src = sp.src;
@@ -588,6 +589,19 @@ int tbm_file_read(struct tbm_file *f, uint64_t off, size_t len, char *buf, bool 
         return r;
     out->len = got;
     return 0;
+}
+
+int tbm_file_read(struct tbm_file *f, uint64_t off, size_t len, char *buf, unsigned flags,
+                  struct tbm_reply *out)
+{
+    bool nowait = flags & TBM_READ_NOWAIT;
+
+    if (nowait)
+        tbm_source_nowait(true);
+    int r = file_read(f, off, len, buf, flags, out);
+    if (nowait)
+        tbm_source_nowait(false);
+    return r;
 }
 
 int tbm_reply_check(const struct tbm_reply *reply)
