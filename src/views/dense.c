@@ -161,7 +161,7 @@ static size_t npy_dict(const struct tbm_tensor *t, char *out, size_t cap)
     size_t nd = npy_dims(t, &dims), n = sizeof(NPY_PREFIX) - 1;
     size_t shape = tbm_shape_text(dims, nd, ", ", NULL, 0) + (nd == 1);
 
-    if (n + shape + sizeof(NPY_SUFFIX) - 1 <= cap) {
+    if (out && n + shape + sizeof(NPY_SUFFIX) - 1 <= cap) {
         memcpy(out, NPY_PREFIX, n);
         tbm_shape_text(dims, nd, ", ", out + n, cap - n);
         if (nd == 1)
