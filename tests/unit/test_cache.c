@@ -347,6 +347,7 @@ struct reader {
     struct tbm_cache *c;
     uint64_t off;
     size_t len;
+    bool nowait; /* reads as a thread that may not wait (tbm_source_nowait) */
     int r;
     size_t got;
     bool right;
@@ -361,6 +362,7 @@ static void *reader_main(void *arg)
     rd->f->readers_started++;
     pthread_cond_broadcast(&rd->f->cond);
     pthread_mutex_unlock(&rd->f->lock);
+    tbm_source_nowait(rd->nowait);
 
     rd->r = buf ? tbm_cache_read(rd->c, buf, rd->len, rd->off, &rd->got) : TBM_ERR_NOMEM;
     rd->right = rd->r == 0 && rd->got == rd->len && is_pattern(buf, rd->off, rd->len);
@@ -384,6 +386,49 @@ static void start_reader(struct reader *rd, struct fake *f, struct tbm_cache *c,
 {
     *rd = (struct reader){.f = f, .c = c, .off = off, .len = len, .r = 1};
     assert_int_equal(pthread_create(&rd->thread, NULL, reader_main, rd), 0);
+}
+
+/* Reads as a thread that may not wait, to the end. */
+static void read_nowait(struct reader *rd, struct fake *f, struct tbm_cache *c, uint64_t off,
+                        size_t len)
+{
+    *rd = (struct reader){.f = f, .c = c, .off = off, .len = len, .nowait = true, .r = 1};
+    assert_int_equal(pthread_create(&rd->thread, NULL, reader_main, rd), 0);
+    join(rd);
+}
+
+/* A thread that may not wait is told TBM_ERR_AGAIN while its block is on
+ * its way, the transfer asked for once, and gets the bytes once they are
+ * in; when every slot is held it is not kept waiting for one either. */
+static void test_nowait_never_waits(void **state)
+{
+    (void)state;
+    struct fake *f = fake_new();
+    struct tbm_cache *c = cache_new(f, 2, 1);
+    struct tbm_source_piece p[2], q[2];
+    struct reader rd;
+    size_t n, m;
+
+    set_gate(f, true);
+    read_nowait(&rd, f, c, 3 * MIB + 10, 100);
+    assert_int_equal(rd.r, TBM_ERR_AGAIN);
+    wait_for(f, &f->waiting, 1); /* asked for */
+    read_nowait(&rd, f, c, 3 * MIB + 10, 100);
+    assert_int_equal(rd.r, TBM_ERR_AGAIN);
+    assert_int_equal(calls_of(f), 1);
+    set_gate(f, false);
+    read_ok(c, 3 * MIB + 10, 100); /* a reader that may wait, for the fetch to be done */
+    read_nowait(&rd, f, c, 3 * MIB + 10, 100);
+    assert_true(rd.right);
+    assert_int_equal(fetches_of(f, 3), 1);
+    assert_int_equal(tbm_cache_hold(c, 3 * MIB, 10, p, 2, &n), 1);
+    assert_int_equal(tbm_cache_hold(c, 5 * MIB, 10, q, 2, &m), 1);
+    read_nowait(&rd, f, c, 7 * MIB, 100);
+    assert_int_equal(rd.r, TBM_ERR_AGAIN);
+    assert_int_equal(fetches_of(f, 7), 0);
+    tbm_cache_release(c, p, n);
+    tbm_cache_release(c, q, m);
+    done(f, c);
 }
 
 /* Both slots held: a read of a third block waits for one, and gets it when
@@ -578,6 +623,7 @@ int main(void)
         cmocka_unit_test(test_read_ahead_keeps_unread_blocks),
         cmocka_unit_test(test_held_block_not_evicted),
         cmocka_unit_test(test_read_waits_for_held_slot),
+        cmocka_unit_test(test_nowait_never_waits),
         cmocka_unit_test(test_concurrent_readers_one_fetch),
         cmocka_unit_test(test_failed_fetch_reaches_every_waiter),
         cmocka_unit_test(test_hold_spanning_two_blocks),
