@@ -12,7 +12,9 @@ enum tbm_status {
     TBM_ERR_PROBLEM = -5, /* strict open refused a model with problems */
     TBM_ERR_STOPPED = -6, /* a self-test given up: the daemon is stopping */
     TBM_ERR_NOATTR = -7,  /* no extended attribute of that name */
-    TBM_ERR_CHANGED = -8  /* the source changed in place since the mount */
+    TBM_ERR_CHANGED = -8, /* the source changed in place since the mount */
+    TBM_ERR_AGAIN = -10   /* bytes of a remote source are on their way: ask again where a
+                           * wait is allowed (a read made with TBM_READ_NOWAIT) */
 };
 
 #endif

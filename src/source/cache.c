@@ -283,7 +283,9 @@ static void read_ahead(struct tbm_cache *c, uint64_t block)
 }
 
 /* The slot of block, filled, with a reference held; called and returns
- * with the lock held. 1 instead of waiting for a slot unless may_wait. */
+ * with the lock held. 1 instead of waiting for a slot unless may_wait;
+ * TBM_ERR_AGAIN instead of any wait on a thread that may not wait
+ * (tbm_source_nowait), the block asked for. */
 static int acquire(struct tbm_cache *c, uint64_t block, bool may_wait, struct slot **out)
 {
     for (;;) {
@@ -292,6 +294,8 @@ static int acquire(struct tbm_cache *c, uint64_t block, bool may_wait, struct sl
         struct slot *s = lookup(c, block);
         if (!s) {
             if (!(s = take_slot(c, false))) {
+                if (!tbm_source_may_wait())
+                    return TBM_ERR_AGAIN;
                 if (!may_wait)
                     return 1;
                 c->slot_waiters++;
@@ -305,6 +309,12 @@ static int acquire(struct tbm_cache *c, uint64_t block, bool may_wait, struct sl
             list_del(&s->link);
             list_append(&c->demand_q, &s->link);
             s->demand = true;
+        }
+        /* asked for first, so that the thread that may wait finds it on
+         * its way or done */
+        if ((s->state == SLOT_QUEUED || s->state == SLOT_LOADING) && !tbm_source_may_wait()) {
+            start_workers(c);
+            return TBM_ERR_AGAIN;
         }
         s->refs++;
         s->used = true;

@@ -76,22 +76,14 @@ static size_t row_run(const struct tbm_gguf_tensor *gt, uint64_t e, size_t max)
 static int expand_run(const struct tbm_views *v, const struct tbm_tensor *t, struct scratch *s,
                       uint64_t first, size_t count, float *out)
 {
-    size_t es = tbm_precision_size(t->hdr.precision);
     void *w = t->hdr.precision == TBM_FP32 ? (void *)out : s->weights;
-    const uint8_t *mask = NULL;
-    uint32_t m = t->hdr.nm_m;
-    int r;
+    uint8_t *mask = t->mask_usable ? s->mask : NULL;
+    int r = tbm_chunk_read(t, first, count, w, mask);
 
-    if ((r = tbm_source_read_full(t->src, w, count * es, t->weights.off + first * es)) < 0)
+    if (r < 0)
         return r;
-    if (t->mask_usable) {
-        uint64_t g0 = first / m, g1 = (first + count - 1) / m;
-        if ((r = tbm_mask_read(t, g0, g1 - g0 + 1, s->mask)) < 0)
-            return r;
-        mask = s->mask;
-    }
     if (w != out || mask)
-        tbm_expand(v->model->isa, t->hdr.precision, w, mask, m, first, count, out);
+        tbm_expand(v->model->isa, t->hdr.precision, w, mask, t->hdr.nm_m, first, count, out);
     return 0;
 }
 
@@ -309,15 +301,16 @@ int tbm_gguf_q8_0_read(const struct tbm_views *v, size_t t, char *buf, uint64_t 
 }
 
 /* model.gguf's bytes that are a tensor's stored bytes as they are (stored
- * type, rows in place, no mask applied) are spliced from the source, as
- * model.safetensors does: only a range wholly inside one such tensor, as a
+ * type, rows in place, no mask applied) are sent as stored, as
+ * model.safetensors' are: only a range wholly inside one such tensor, as a
  * reply short of the request reads as the end of the file. */
-int tbm_gguf_locate(const struct tbm_views *v, size_t t, uint64_t off, size_t len,
-                    struct tbm_source_range *out, struct tbm_source **src)
+int tbm_gguf_span(const struct tbm_views *v, size_t t, uint64_t off, size_t len,
+                  struct tbm_span *out)
 {
     const struct tbm_gguf_file *f = &v->gguf->files[0];
 
     (void)t;
+    *out = (struct tbm_span){0};
     if (off >= f->size)
         return 1;
     size_t k = piece_at(f, off);
@@ -327,11 +320,9 @@ int tbm_gguf_locate(const struct tbm_views *v, size_t t, uint64_t off, size_t le
     const struct tbm_gguf_tensor *gt = &v->gguf->tensors[p->k];
     const struct tbm_tensor *tensor = &v->model->tensors[gt->t];
     uint64_t in = off - p->start;
-    if (tensor->src->fd < 0 || len == 0 || len > p->len - in || gt->heads != 0 ||
-        !stored_type(tensor, p->type) || (tensor->hdr.nm_m != 0 && tensor->mask_usable))
+    if (len == 0 || len > p->len - in || gt->heads != 0 || !stored_type(tensor, p->type) ||
+        (tensor->hdr.nm_m != 0 && tensor->mask_usable))
         return 0;
-    *out = (struct tbm_source_range){
-        .fd = tensor->src->fd, .pos = tensor->weights.off + in, .len = len};
-    *src = tensor->src;
+    *out = (struct tbm_span){.src = tensor->src, .pos = tensor->weights.off + in, .len = len};
     return 1;
 }

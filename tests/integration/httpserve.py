@@ -57,10 +57,12 @@ http {
     listen 127.0.0.1:%d;
     root %s;
     location /moved/ { rewrite ^/moved/(.*)$ /$1 redirect; }
+    # a slow server: a 1 MiB range takes a second (nginx sends the first 512 KiB at once)
+    location /slow/ { alias %s/; limit_rate 512k; }
   }
 %s
 }
-""" % (self.workers, p, p, self.log, temps, self.port, self.root, self.tls_server())
+""" % (self.workers, p, p, self.log, temps, self.port, self.root, self.root, self.tls_server())
 
     def tls_server(self):
         if not self.tls:
