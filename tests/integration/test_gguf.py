@@ -5,7 +5,8 @@ against an independent writer (ggufref.py: every key-value, tensor info, offset,
 permutation, Q8_0 blocks with rounding ties, all-zero and NaN/infinity blocks) on fp32, fp16
 2:4 and bf16 models, with and without GQA and lm_head, fp64 and 1-D tensors as F32, tensors
 already named as GGUF; Q8_0 on every kernel level the CPU has; stat sizes; the models that
-must have neither file and model.json's views_missing; EIO once the source changes."""
+must have neither file and model.json's views_missing; EIO once the source changes; both files
+of a model served over HTTP by a private nginx, its URL's query string kept out of general.name."""
 
 import mmap
 import os
@@ -16,6 +17,7 @@ import numpy as np
 
 import ggufref
 import harness
+import httpserve
 import models
 from harness import check, eq, expect_eio, kernels_supported, pread, read_all, read_json, run
 
@@ -175,6 +177,21 @@ def changed(suite):
         expect_eio(m.p("model.Q8_0.gguf"), "model.Q8_0.gguf after the change")
 
 
+def over_http(suite, path, expects, config):
+    """The same bytes from a URL (a private nginx on loopback), named without the query."""
+    root = os.path.join(suite.tmp, "www")
+    os.makedirs(root, exist_ok=True)
+    shutil.copy(path, os.path.join(root, "remote.tbm"))
+    with httpserve.Nginx(os.path.join(suite.tmp, "nginx"), root) as nginx:
+        with harness.Mount(suite, nginx.url("remote.tbm") + "?X-Amz-Signature=sec.ret") as m:
+            eq(m.start(), 0, "mount of the URL")
+            for q8, f in enumerate(GGUF):
+                want = ggufref.write(expects, config, "remote", bool(q8))
+                got = read_all(m.p(f))
+                check(b"X-Amz" not in got[:4096], "%s: the query string in the header" % f)
+                check(got == want, "%s over HTTP differs from the reference" % f)
+
+
 def main(suite):
     global gen
     gen = harness.load_gen()
@@ -190,6 +207,9 @@ def main(suite):
         suite.case("%s: random preads and mmap" % title,
                    lambda m=m, e=expects, c=config, n=name: check_ranges(m, e, c, n), timeout=120)
         m.stop()
+        if fname == "fp16.tbm":
+            suite.case("%s: over HTTP" % title,
+                       lambda p=path, e=expects, c=config: over_http(suite, p, e, c), timeout=120)
         if fname in ("special.tbm", "fp16.tbm"):
             suite.case("%s: Q8_0 on every kernel level" % title,
                        lambda p=path, e=expects, c=config, n=name: levels(suite, p, e, c, n),
