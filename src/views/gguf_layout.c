@@ -584,9 +584,11 @@ cleanup:
 int tbm_gguf_init(struct tbm_views *v)
 {
     const char *arch = v->model->architecture;
-    struct tbm_gguf *g = calloc(1, sizeof(*g));
+    struct tbm_gguf *g;
 
-    if (!g)
+    if (v->gguf)
+        return 0; /* model.json's prepare asked first */
+    if (!(g = calloc(1, sizeof(*g))))
         return TBM_ERR_NOMEM;
     v->gguf = g;
     g->llama = arch && (strcasecmp(arch, "llama") == 0 || strcasecmp(arch, "mistral") == 0);

@@ -175,7 +175,7 @@ int tbm_safetensors_span(const struct tbm_views *v, size_t t, uint64_t off, size
                          struct tbm_span *out);
 
 /* gguf_layout.c, gguf.c: model.gguf and model.Q8_0.gguf */
-int tbm_gguf_init(struct tbm_views *v); /* before model.json's size: it says why there are none */
+int tbm_gguf_init(struct tbm_views *v); /* once; model.json's prepare asks first */
 void tbm_gguf_free(struct tbm_views *v);
 bool tbm_gguf_present(const struct tbm_views *v);
 /* model.json's views_missing: NULL when it has none (not llama or mistral) */

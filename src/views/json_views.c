@@ -219,7 +219,10 @@ static int model_doc(const struct tbm_views *v, bool with_stats, char **out, siz
 
 int tbm_model_json_prepare(struct tbm_views *v)
 {
-    return tbm_lazy_doc_size(v, model_doc, MODEL_SLACK, &v->model_json_size);
+    /* its views_missing says why there is no GGUF: the layout first */
+    int r = tbm_gguf_init(v);
+
+    return r < 0 ? r : tbm_lazy_doc_size(v, model_doc, MODEL_SLACK, &v->model_json_size);
 }
 
 int tbm_model_json_size(const struct tbm_views *v, size_t t, uint64_t *size)

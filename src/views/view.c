@@ -18,27 +18,6 @@ static const struct tbm_view table[] = {
         .read = tbm_index_json_read,
     },
     {
-        /* before model.json, whose views_missing its layout gives (prepares
-         * run in table order) */
-        .name = "model.gguf",
-        .place = TBM_VIEW_ROOT,
-        .bytes = TBM_BYTES_COMPUTED,
-        .size = tbm_gguf_size,
-        .read = tbm_gguf_read,
-        .span = tbm_gguf_span,
-        .present = tbm_gguf_present,
-        .prepare = tbm_gguf_init,
-        .free = tbm_gguf_free,
-    },
-    {
-        .name = "model.Q8_0.gguf",
-        .place = TBM_VIEW_ROOT,
-        .bytes = TBM_BYTES_COMPUTED,
-        .size = tbm_gguf_q8_0_size,
-        .read = tbm_gguf_q8_0_read,
-        .present = tbm_gguf_present,
-    },
-    {
         .name = "model.json",
         .place = TBM_VIEW_ROOT,
         .bytes = TBM_BYTES_RENDERED,
@@ -87,6 +66,25 @@ static const struct tbm_view table[] = {
         .present = tbm_config_json_present,
         .prepare = tbm_config_json_prepare,
         .free = tbm_config_json_free,
+    },
+    {
+        .name = "model.gguf",
+        .place = TBM_VIEW_ROOT,
+        .bytes = TBM_BYTES_COMPUTED,
+        .size = tbm_gguf_size,
+        .read = tbm_gguf_read,
+        .span = tbm_gguf_span,
+        .present = tbm_gguf_present,
+        .prepare = tbm_gguf_init,
+        .free = tbm_gguf_free,
+    },
+    {
+        .name = "model.Q8_0.gguf",
+        .place = TBM_VIEW_ROOT,
+        .bytes = TBM_BYTES_COMPUTED,
+        .size = tbm_gguf_q8_0_size,
+        .read = tbm_gguf_q8_0_read,
+        .present = tbm_gguf_present,
     },
     {
         .name = "raw.tb",
