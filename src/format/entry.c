@@ -55,6 +55,18 @@ static int parse_shape(struct json_object *entry, struct tbm_tensor *t)
     return 0;
 }
 
+static void parse_nm(struct json_object *entry, struct tbm_tensor *t)
+{
+    uint64_t n, m;
+
+    if (tbm_json_get_u64(entry, "nm_n", &n) == 1 && tbm_json_get_u64(entry, "nm_m", &m) == 1 &&
+        n <= UINT32_MAX && m <= UINT32_MAX) {
+        t->index_nm_known = true;
+        t->index_nm_n = (uint32_t)n;
+        t->index_nm_m = (uint32_t)m;
+    }
+}
+
 static int parse_location(struct json_object *entry, struct tbm_tensor *t, struct tbm_entry *e)
 {
     struct json_object *v;
@@ -85,6 +97,7 @@ int tbm_entry_parse(struct json_object *entry, size_t i, struct tbm_tensor *t, s
     if ((r = parse_name(entry, i, t)) < 0 || (r = parse_shape(entry, t)) < 0 ||
         (r = parse_location(entry, t, e)) < 0)
         return r;
+    parse_nm(entry, t);
     const char *s = json_object_to_json_string_ext(entry, JSON_C_TO_STRING_PLAIN);
     t->entry_json = strdup(s ? s : "null");
     return t->entry_json ? 0 : TBM_ERR_NOMEM;

@@ -176,6 +176,9 @@ static int add_tensor(struct tbm_opener *o, struct json_object *entry, size_t i,
     /* One problem and nothing else: the blob is never located, so its
      * regions neither break a neighbour nor are blamed by one. */
     if ((q = quantized_dtype(entry))) {
+        /* header.json's offset is the entry's, though nothing is read there */
+        if (o->m->kind == TBM_SOURCE_CONTAINER && e.has_offset)
+            t->offset = e.offset;
         tbm_strlist_truncate(&t->problems, 0);
         tbm_strlist_truncate(&t->warnings, 0);
         return tbm_strlist_addf(&t->problems,

@@ -259,3 +259,13 @@ const char *tbm_model_tensor_message(const struct tbm_model *m, size_t t, bool p
         return tensor->warnings.items[i];
     return tbm_tensor_stats(m, t)->warnings.items[i - tensor->warnings.count];
 }
+
+void tbm_tensor_nm(const struct tbm_tensor *t, char *buf, size_t len)
+{
+    if (t->header_valid)
+        snprintf(buf, len, "%u:%u", t->hdr.nm_n, t->hdr.nm_m);
+    else if (t->index_nm_known)
+        snprintf(buf, len, "%u:%u", t->index_nm_n, t->index_nm_m);
+    else
+        snprintf(buf, len, "0:0");
+}

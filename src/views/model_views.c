@@ -20,7 +20,7 @@ static struct json_object *tensor_json(const struct tbm_tensor *t,
 
     if (!o)
         return NULL;
-    snprintf(nm, sizeof(nm), "%u:%u", t->hdr.nm_n, t->hdr.nm_m);
+    tbm_tensor_nm(t, nm, sizeof(nm));
     json_object_object_add(o, "name", json_object_new_string_len(t->name, (int)t->name_len));
     json_object_object_add(o, "dir", json_object_new_string(t->dir));
     struct json_object *shape = NULL;
@@ -99,7 +99,9 @@ static const char *hf_class(const char *architecture)
 }
 
 /* torch's name of the precision holding most weights (by count) among the
- * tensors whose header is sound; NULL for a model without weights. */
+ * tensors whose header is sound. A model with none (every tensor quantized,
+ * or broken) has no stored precision to name: "float32", what transformers
+ * loads in when torch_dtype says nothing and what the dense views give. */
 static const char *torch_dtype(const struct tbm_model *m)
 {
     static const char *const names[] = {"float32", "float16", "bfloat16", "float64"};
@@ -116,7 +118,7 @@ static const char *torch_dtype(const struct tbm_model *m)
     for (int p = 0; p < 4; p++)
         if (count[p] && (best < 0 || count[p] > count[best]))
             best = p;
-    return best < 0 ? NULL : names[best];
+    return best < 0 ? "float32" : names[best];
 }
 
 int tbm_config_json_render(const struct tbm_views *v, char **out, size_t *len)

@@ -294,7 +294,7 @@ static int selftest_doc(const struct tbm_views *v, const struct tbm_tensor *t,
     char nm[32];
     int r;
 
-    nm_string(t, nm, sizeof(nm));
+    tbm_tensor_nm(t, nm, sizeof(nm));
     struct json_object *o = json_object_new_object();
     if (!o)
         return TBM_ERR_NOMEM;
@@ -437,7 +437,7 @@ static int report_line(struct report *rep, const struct tbm_tensor *t, const str
     char nm[32];
     double speedup = res->dense_seconds / res->sparse_seconds;
 
-    nm_string(t, nm, sizeof(nm));
+    tbm_tensor_nm(t, nm, sizeof(nm));
     if (res->skipped) {
         counts[2]++;
         return report_padded(rep, w, "skip %s: %s", t->dir, res->error);
