@@ -197,9 +197,10 @@ int tbm_for_each_span(struct tbm_opener *o, size_t n,
                       int (*fn)(struct tbm_opener *o, size_t begin, size_t end));
 
 /* The jobs of an open, in the order tbm_model_open runs them. */
-int tbm_container_open(struct tbm_opener *o); /* index length, then tbm_index_read */
-int tbm_manifest_open(struct tbm_opener *o);  /* manifest.json, then tbm_index_read */
-int tbm_bare_open(struct tbm_opener *o);      /* one blob, its index synthesized */
+int tbm_container_open(struct tbm_opener *o);      /* index length, then tbm_index_read */
+void tbm_container_diagnose(struct tbm_opener *o); /* why its index is unusable: cut, or a .tb */
+int tbm_manifest_open(struct tbm_opener *o);       /* manifest.json, then tbm_index_read */
+int tbm_bare_open(struct tbm_opener *o);           /* one blob, its index synthesized */
 int tbm_index_read(struct tbm_opener *o, struct tbm_source *src, uint64_t off, uint64_t len,
                    const char *what);              /* JSON read and split or parsed */
 int tbm_index_load(struct tbm_opener *o);          /* every entry into a tensor record */

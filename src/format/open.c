@@ -169,6 +169,8 @@ int tbm_model_open(const char *path, const struct tbm_open_options *opts, struct
     return 0;
 
 out_err:
+    if (r == TBM_ERR_SOURCE && m->kind == TBM_SOURCE_CONTAINER && m->src)
+        tbm_container_diagnose(&o);
     json_object_put(o.root);
     tbm_json_split_free(&o.split);
     tbm_model_close(m);

@@ -29,7 +29,7 @@ static struct json_object *tensor_json(const struct tbm_tensor *t,
             json_object_array_add(shape, json_object_new_uint64(t->shape[k]));
     json_object_object_add(o, "shape", shape);
     json_object_object_add(o, "dtype", dtype ? json_object_new_string(dtype) : NULL);
-    json_object_object_add(o, "nm", hdr ? json_object_new_string(nm) : NULL);
+    json_object_object_add(o, "nm", json_object_new_string(nm));
     json_object_object_add(o, "num_weights",
                            hdr ? json_object_new_uint64(t->hdr.num_weights) : NULL);
     /* header.json's density: kept over num_weights, once statistics are known */
@@ -38,8 +38,8 @@ static struct json_object *tensor_json(const struct tbm_tensor *t,
         known && t->hdr.num_weights ? (double)st->counts.kept / (double)t->hdr.num_weights : 0;
     json_object_object_add(o, "density", known ? json_object_new_double(density) : NULL);
     json_object_object_add(o, "problems", json_object_new_uint64(t->problems.count));
-    json_object_object_add(o, "warnings",
-                           json_object_new_uint64(t->warnings.count + (st ? st->warnings.count : 0)));
+    json_object_object_add(
+        o, "warnings", json_object_new_uint64(t->warnings.count + (st ? st->warnings.count : 0)));
     return o;
 }
 
@@ -149,8 +149,7 @@ int tbm_config_json_render(const struct tbm_views *v, char **out, size_t *len)
     for (size_t k = 0; k < sizeof(keys) / sizeof(keys[0]); k++)
         if (m->config && json_object_object_get_ex(m->config, keys[k][1], &val))
             json_object_object_add(o, keys[k][0], json_object_get(val));
-    if (dtype)
-        json_object_object_add(o, "torch_dtype", json_object_new_string(dtype));
+    json_object_object_add(o, "torch_dtype", json_object_new_string(dtype));
     int r = tbm_json_dump(o, out, len);
     json_object_put(o);
     return r;

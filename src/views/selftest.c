@@ -269,11 +269,6 @@ static int selftest_tensor(const struct tbm_views *v, const struct tbm_tensor *t
     return 0;
 }
 
-static void nm_string(const struct tbm_tensor *t, char *buf, size_t len)
-{
-    snprintf(buf, len, "%u:%u", t->hdr.nm_n, t->hdr.nm_m);
-}
-
 /* JSON has no infinity or NaN (json-c would write them as bare words that
  * strict parsers refuse): such a figure is null. */
 static struct json_object *finite_json(double v)

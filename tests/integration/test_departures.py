@@ -1,10 +1,12 @@
 #!/usr/bin/python3
 """Integration test of the places where the mount departed from contract v2 (issue 28): blobs
 that share weight bytes, a quantized tensor's header.json and self-test line, tensors.json's
-nm for every tensor and config.json's torch_dtype when every tensor is quantized."""
+nm for every tensor, the errors of a container whose index is unusable (a .tb misnamed, a file
+cut short) and config.json's torch_dtype when every tensor is quantized."""
 
 import json
 import os
+import struct
 
 import harness
 from harness import check, eq, expect_eio, read_all, read_json, run, run_tbmfs
@@ -69,11 +71,44 @@ def quantized(suite, tmp):
             read_json(m2.p("config.json")).get("torch_dtype"), "float32", "torch_dtype"))
 
 
+def unusable_index(suite, tmp):
+    """A container whose index is unusable but that starts with a valid blob header says it
+    looks like a .tb; one cut short says where it ends and what runs past."""
+    mk = gen.make_tensor
+    ts = [mk("c%d" % i, [16, 16], "fp32", (2, 4), 10 + i) for i in range(3)]
+    cont = gen.container(ts)
+    blobs = cont.data[: cont.index_start]
+
+    def with_index(text):
+        return blobs + text + struct.pack("<I", len(text))
+
+    cases = [("t5", with_index(b'{"tensors": 5}'), "is it a bare blob (name it .tb)?"),
+             ("array", with_index(b'[1, 2]'), "is it a bare blob (name it .tb)?"),
+             ("nokey", with_index(b'{"tensor": []}'), "is it a bare blob (name it .tb)?"),
+             ("cut-in-blob", cont.data[: cont.offsets[1] + 100],
+              "incomplete file? it ends at byte %d, but the blob at offset %d runs to byte %d"
+              % (cont.offsets[1] + 100, cont.offsets[1], cont.offsets[2])),
+             ("cut-in-index", cont.data[: cont.index_start + 10],
+              "incomplete file? it ends at byte %d, 10 bytes into the index that starts at "
+              "byte %d after 3 blobs" % (cont.index_start + 10, cont.index_start))]
+    for name, data, want in cases:
+        path = os.path.join(tmp, name + ".tbm")
+        gen.write_file(path, data)
+
+        def go(path=path, want=want, name=name):
+            rc, out, err = run_tbmfs(["--check", path])
+            eq(rc, 2, "exit")
+            check(want in err, "%s: %r lacks %r" % (name, err, want))
+            check("bare blob" not in err or "incomplete" not in err, err)
+        suite.case("unusable index: %s" % name, go)
+
+
 def main(suite):
     global gen
     gen = harness.load_gen()
     shared_weights(suite, suite.tmp)
     quantized(suite, suite.tmp)
+    unusable_index(suite, suite.tmp)
 
 
 if __name__ == "__main__":
