@@ -94,8 +94,13 @@ void tbm_copy_range(char *buf, uint64_t off, size_t len, const char *src, size_t
                     size_t *got);
 
 /* Pads a rendered document (ending in a newline) to size bytes with spaces
- * before that newline: JSON and report lines allow them, and a size fixed
- * before the content is known is what stat reported. Frees *doc on failure. */
+ * at the ends of its lines, as many as each line's last row on a terminal
+ * of TBM_PAD_COLUMNS has room for (an even share of them when that is not
+ * enough): JSON and report lines allow them, a size fixed before the
+ * content is known is what stat reported, and cat shows no blank rows. The
+ * document's newlines must all lie outside strings, as json-c and the
+ * reports write them. Frees *doc on failure. */
+#define TBM_PAD_COLUMNS 80
 int tbm_pad_doc(char **doc, size_t *len, uint64_t size);
 
 /* Root documents that sum up every tensor's statistics (model.json,

@@ -103,12 +103,57 @@ def unusable_index(suite, tmp):
         suite.case("unusable index: %s" % name, go)
 
 
+def blank_rows(text, columns=80):
+    """Rows of an 80-column terminal that show only spaces, the file printed with cat."""
+    rows = 0
+    for line in text.split("\n"):
+        for k in range(0, len(line), columns):
+            rows += line[k: k + columns].strip(" ") == ""
+    return rows
+
+
+def padding(suite, tmp):
+    """Documents whose size is fixed at mount carry little padding, none of it as blank rows
+    of a terminal: the root selftest's lines have their figures' widths bounded at mount."""
+    mk = gen.make_tensor
+    ts = [mk("model.layers.%d.mlp.weight" % i, [16, 32], "fp32", (2, 4), 20 + i)
+          for i in range(40)]
+    ts += [mk("dense.%d" % i, [8], "fp16", (0, 0), 70 + i) for i in range(5)]
+    ts += [mk("bad.%d" % i, [4, 8], "fp32", (2, 4), 80 + i, header={"version": 9})
+           for i in range(5)]
+    path = os.path.join(tmp, "pad.tbm")
+    gen.write_file(path, gen.container(ts, "llama", {"hidden_size": 16}).data)
+    m = suite.mount(path, name="padding: mounts")
+    with m:
+        t0 = ts[0].name
+        docs = ["selftest", "model.json", "tensors.json", os.path.join("tensors", t0, "selftest"),
+                os.path.join("tensors", t0, "header.json"),
+                os.path.join("tensors", t0, "stats.json")]
+        for doc in docs:
+            def none(doc=doc):
+                path = m.p(doc)
+                text = read_all(path).decode()
+                eq(len(text.encode()), os.stat(path).st_size, "size as stat said")
+                eq(blank_rows(text), 0, "%s: blank rows on an 80-column terminal" % doc)
+            suite.case("padding: %s shows no blank row" % doc, none)
+
+        def report():
+            text = read_all(m.p("selftest")).decode()
+            lines = text.split("\n")[:-1]
+            eq(len(lines), len(ts) + 1, "lines")
+            pad = sum(len(x) - len(x.rstrip(" ")) for x in lines)
+            check(pad <= 24 * len(lines), "%d spaces of padding in %d lines" % (pad, len(lines)))
+            eq(lines[-1].rstrip(), "selftest: 40 passed, 5 failed, 5 skipped", "summary")
+        suite.case("padding: the root selftest carries at most 24 spaces a line", report)
+
+
 def main(suite):
     global gen
     gen = harness.load_gen()
     shared_weights(suite, suite.tmp)
     quantized(suite, suite.tmp)
     unusable_index(suite, suite.tmp)
+    padding(suite, suite.tmp)
 
 
 if __name__ == "__main__":
