@@ -6,6 +6,7 @@ cut short) and config.json's torch_dtype when every tensor is quantized."""
 
 import json
 import os
+import resource
 import struct
 
 import harness
@@ -147,6 +148,52 @@ def padding(suite, tmp):
         suite.case("padding: the root selftest carries at most 24 spaces a line", report)
 
 
+def vm_kib(pid, field):
+    with open("/proc/%d/status" % pid) as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    raise harness.Failure("no %s for pid %d" % (field, pid))
+
+
+def held_results(suite, tmp):
+    """2,400 descriptors held on the mask.png of 600 tensors, four rounds over them, with a
+    results budget (4 MiB) that the first 64 pictures fill: every open after the first of a
+    picture reuses the copy that the earlier descriptors hold, so the daemon's memory grows by
+    the 600 pictures (38 MiB) once, not by 2,400 renderings."""
+    count, rounds = 600, 4
+    need = count * rounds + 256
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < need:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (min(need, hard), hard))
+    ts = [gen.make_tensor("held.%03d" % i, [256, 256], "fp16", (2, 4), 100 + i)
+          for i in range(count)]
+    path = os.path.join(tmp, "held.tbm")
+    gen.write_file(path, gen.container(ts).data)
+    m = suite.mount(path, env={"TBMFS_RESULTS_BUDGET": str(4 << 20)}, name="held: mounts")
+    with m:
+        def attack():
+            idle = vm_kib(m.pid, "VmRSS")
+            fds = []
+            try:
+                for _ in range(rounds):
+                    for t in ts:
+                        fds.append(os.open(m.p("tensors", t.name, "mask.png"), os.O_RDONLY))
+                peak = vm_kib(m.pid, "VmHWM")
+                now = vm_kib(m.pid, "VmRSS")
+                first = os.pread(fds[0], 8, 0)
+            finally:
+                for fd in fds:
+                    os.close(fd)
+            print("# %d descriptors on %d mask.png: VmRSS %d -> %d KiB, VmHWM %d KiB" % (
+                len(fds), count, idle, now, peak))
+            eq(first, b"\x89PNG\r\n\x1a\n", "a held picture reads")
+            check(peak - idle < 64 << 10, "VmHWM %d KiB is %.1f MiB above idle %d KiB" % (
+                peak, (peak - idle) / 1024, idle))
+        suite.case("held: 2,400 descriptors on 600 mask.png: under 64 MiB above idle", attack,
+                   timeout=120)
+
+
 def main(suite):
     global gen
     gen = harness.load_gen()
@@ -154,6 +201,7 @@ def main(suite):
     quantized(suite, suite.tmp)
     unusable_index(suite, suite.tmp)
     padding(suite, suite.tmp)
+    held_results(suite, suite.tmp)
 
 
 if __name__ == "__main__":
