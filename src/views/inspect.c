@@ -251,7 +251,7 @@ int tbm_stats_json_render(const struct tbm_views *v, size_t t, char **out, size_
     x.buf[x.len++] = '\n';
     *out = x.buf;
     *len = x.len;
-    return tbm_pad_doc(out, len, size);
+    return tbm_pad_lines(out, len, size);
 }
 
 /* --- mask.png, weights.png --- */

@@ -94,6 +94,11 @@ void tbm_copy_range(char *buf, uint64_t off, size_t len, const char *src, size_t
                     size_t *got);
 
 /* Pads a rendered document (ending in a newline) to size bytes with spaces
+ * before that newline: JSON and report lines allow them, and a size fixed
+ * before the content is known is what stat reported. Frees *doc on failure. */
+int tbm_pad_doc(char **doc, size_t *len, uint64_t size);
+
+/* Pads a rendered document (ending in a newline) to size bytes with spaces
  * at the ends of its lines, as many as each line's last row on a terminal
  * of TBM_PAD_COLUMNS has room for (an even share of them when that is not
  * enough): JSON and report lines allow them, a size fixed before the
@@ -101,7 +106,7 @@ void tbm_copy_range(char *buf, uint64_t off, size_t len, const char *src, size_t
  * document's newlines must all lie outside strings, as json-c and the
  * reports write them. Frees *doc on failure. */
 #define TBM_PAD_COLUMNS 80
-int tbm_pad_doc(char **doc, size_t *len, uint64_t size);
+int tbm_pad_lines(char **doc, size_t *len, uint64_t size);
 
 /* Root documents that sum up every tensor's statistics (model.json,
  * tensors.json): doc renders one, with the statistics or (at mount, for
@@ -112,6 +117,9 @@ typedef int (*tbm_doc_fn)(const struct tbm_views *v, bool with_stats, char **out
 int tbm_lazy_doc_size(const struct tbm_views *v, tbm_doc_fn doc, uint64_t slack, uint64_t *size);
 int tbm_lazy_doc_render(const struct tbm_views *v, tbm_doc_fn doc, uint64_t size, char **out,
                         size_t *len);
+/* tbm_lazy_doc_render, padded by tbm_pad_lines. */
+int tbm_lazy_doc_render_lines(const struct tbm_views *v, tbm_doc_fn doc, uint64_t size, char **out,
+                              size_t *len);
 
 /* Serializes obj pretty-printed with a final newline into a malloc'd buffer. */
 int tbm_json_dump(struct json_object *obj, char **out, size_t *len);

@@ -152,7 +152,7 @@ int tbm_header_json_render(const struct tbm_views *v, size_t t, char **out, size
 
     if (r < 0 || (r = header_doc(v, t, true, out, len)) < 0)
         return r;
-    return tbm_pad_doc(out, len, size);
+    return tbm_pad_lines(out, len, size);
 }
 
 static uint64_t add_sat(uint64_t a, uint64_t b)
@@ -239,7 +239,7 @@ int tbm_model_json_size(const struct tbm_views *v, size_t t, uint64_t *size)
 int tbm_model_json_render(const struct tbm_views *v, size_t t, char **out, size_t *len)
 {
     (void)t;
-    return tbm_lazy_doc_render(v, model_doc, v->model_json_size, out, len);
+    return tbm_lazy_doc_render_lines(v, model_doc, v->model_json_size, out, len);
 }
 
 int tbm_index_json_size(const struct tbm_views *v, size_t t, uint64_t *size)

@@ -83,7 +83,7 @@ int tbm_tensors_json_size(const struct tbm_views *v, size_t t, uint64_t *size)
 int tbm_tensors_json_render(const struct tbm_views *v, size_t t, char **out, size_t *len)
 {
     (void)t;
-    return tbm_lazy_doc_render(v, tensors_doc, v->tensors_json_size, out, len);
+    return tbm_lazy_doc_render_lines(v, tensors_doc, v->tensors_json_size, out, len);
 }
 
 /* The Hugging Face class of an architecture config.json knows, or NULL. */

@@ -361,7 +361,7 @@ int tbm_selftest_render(const struct tbm_views *v, size_t i, char **out, size_t 
     if (r < 0 || (r = tbm_selftest_size(v, i, &size)) < 0 ||
         (r = selftest_doc(v, t, &res, out, len)) < 0)
         return r;
-    return tbm_pad_doc(out, len, size);
+    return tbm_pad_lines(out, len, size);
 }
 
 struct report {
@@ -523,5 +523,5 @@ int tbm_selftest_report_render(const struct tbm_views *v, size_t unused, char **
     }
     *out = rep.buf;
     *len = rep.len;
-    return tbm_pad_doc(out, len, size);
+    return tbm_pad_lines(out, len, size);
 }
