@@ -154,6 +154,14 @@ int tbm_npy_read(const struct tbm_views *v, size_t t, char *buf, uint64_t off, s
 int tbm_safetensors_init(struct tbm_views *v);
 void tbm_safetensors_free(struct tbm_views *v);
 int tbm_safetensors_size(const struct tbm_views *v, size_t t, uint64_t *size);
+/* Whether model.safetensors exists: not when its header would be over the
+ * 100,000,000 bytes safetensors loaders accept (its size is then a
+ * failure). */
+bool tbm_safetensors_present(const struct tbm_views *v);
+/* Adds to model.json's arrays why model.safetensors is missing, and which
+ * tensors it leaves out that its own "omitted" alone does not explain. */
+int tbm_safetensors_notes(const struct tbm_views *v, struct json_object *missing,
+                          struct json_object *notes);
 int tbm_safetensors_read(const struct tbm_views *v, size_t t, char *buf, uint64_t off, size_t len,
                          size_t *got);
 int tbm_safetensors_locate(const struct tbm_views *v, size_t t, uint64_t off, size_t len,

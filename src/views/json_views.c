@@ -214,7 +214,16 @@ static int model_doc(const struct tbm_views *v, bool with_stats, char **out, siz
     json_object_object_add(o, "warnings", json_object_new_uint64(warnings));
     json_object_object_add(o, "tensors_with_warnings", json_object_new_uint64(warned));
     json_object_object_add(o, "kernels", json_object_new_string(tbm_isa_name(m->isa)));
-    int r = tbm_json_dump(o, out, len);
+    struct json_object *missing = json_object_new_array(), *notes = json_object_new_array();
+    int r = tbm_safetensors_notes(v, missing, notes);
+    if (r == 0 && json_object_array_length(missing))
+        json_object_object_add(o, "views_missing", json_object_get(missing));
+    if (r == 0 && json_object_array_length(notes))
+        json_object_object_add(o, "views_notes", json_object_get(notes));
+    json_object_put(missing);
+    json_object_put(notes);
+    if (r == 0)
+        r = tbm_json_dump(o, out, len);
     json_object_put(o);
     return r;
 }
@@ -226,7 +235,10 @@ static int model_doc(const struct tbm_views *v, bool with_stats, char **out, siz
 
 int tbm_model_json_prepare(struct tbm_views *v)
 {
-    return tbm_lazy_doc_size(v, model_doc, MODEL_SLACK, &v->model_json_size);
+    /* model.json says why model.safetensors leaves tensors out, or is missing */
+    int r = tbm_safetensors_init(v);
+
+    return r < 0 ? r : tbm_lazy_doc_size(v, model_doc, MODEL_SLACK, &v->model_json_size);
 }
 
 int tbm_model_json_size(const struct tbm_views *v, size_t t, uint64_t *size)

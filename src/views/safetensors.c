@@ -9,6 +9,7 @@
 #include <json-c/json.h>
 #include <json-c/printbuf.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -30,6 +31,9 @@ struct tbm_safetensors {
     struct piece *pieces; /* non-empty tensors, by start */
     size_t npieces;
     uint64_t size;
+    bool too_big;              /* no model.safetensors: its header is over HEADER_MAX */
+    unsigned long long header; /* that header's length, when too big */
+    bool metadata_named;       /* a sound tensor named __metadata__ was left out */
     /* Per GRANULE of the file, set once a read that saw all its bytes found
      * that masking left them as stored (as the tools write them, pruned
      * weights zeroed), so that later reads splice them from the source.
@@ -44,6 +48,19 @@ static const char *st_dtype(unsigned precision)
 {
     static const char *const names[] = {"F32", "F16", "BF16", "F64"};
     return names[precision];
+}
+
+/* safetensors loaders refuse a header longer than this (the format's
+ * reference implementation, MAX_HEADER_SIZE). */
+#define HEADER_MAX 100000000ull
+
+/* The key safetensors keeps for its metadata: no tensor can have it. */
+#define METADATA_KEY "__metadata__"
+
+static bool metadata_named(const struct tbm_tensor *t)
+{
+    return t->name_len == sizeof(METADATA_KEY) - 1 &&
+           memcmp(t->name, METADATA_KEY, t->name_len) == 0;
 }
 
 /* Sound tensors are safe to serve whole in their stored precision. */
@@ -83,9 +100,14 @@ static int choose(const struct tbm_views *v, bool *keep)
 
     if (!order)
         return TBM_ERR_NOMEM;
-    for (size_t t = 0; t < m->ntensors; t++)
-        if (sound(v, t))
+    for (size_t t = 0; t < m->ntensors; t++) {
+        if (!sound(v, t))
+            continue;
+        if (metadata_named(&m->tensors[t]))
+            v->safetensors->metadata_named = true;
+        else
             order[n++] = t;
+    }
     qsort_r(order, n, sizeof(*order), cmp_name, (void *)m->tensors);
     for (size_t k = 0; k < n; k++)
         keep[order[k]] = k == 0 || !same_name(&m->tensors[order[k - 1]], &m->tensors[order[k]]);
@@ -183,8 +205,15 @@ static int build(const struct tbm_views *v, struct tbm_safetensors *st, const bo
         data += len;
     }
     printbuf_memappend(pb, "}", 1);
-    r = TBM_ERR_NOMEM;
     size_t json = (size_t)printbuf_length(pb), padded = (json + 7) / 8 * 8;
+    if (padded > HEADER_MAX) {
+        st->too_big = true;
+        st->header = padded;
+        st->npieces = 0;
+        r = 0;
+        goto cleanup;
+    }
+    r = TBM_ERR_NOMEM;
     if (!(st->head = malloc(8 + padded)))
         goto cleanup;
     for (int k = 0; k < 8; k++)
@@ -204,12 +233,18 @@ cleanup:
 int tbm_safetensors_init(struct tbm_views *v)
 {
     size_t n = v->model->ntensors ? v->model->ntensors : 1;
-    struct tbm_safetensors *st = calloc(1, sizeof(*st));
-    bool *keep = calloc(n, sizeof(*keep));
+    struct tbm_safetensors *st;
+    bool *keep;
     int r = TBM_ERR_NOMEM;
 
+    /* model.json, prepared first, says why tensors are left out */
+    if (v->safetensors)
+        return 0;
+    st = calloc(1, sizeof(*st));
+    keep = calloc(n, sizeof(*keep));
     if (!st || !keep || !(st->pieces = malloc(n * sizeof(*st->pieces))))
         goto cleanup;
+    v->safetensors = st;
     if ((r = choose(v, keep)) < 0 || (r = build(v, st, keep)) < 0)
         goto cleanup;
     r = TBM_ERR_NOMEM;
@@ -221,6 +256,7 @@ int tbm_safetensors_init(struct tbm_views *v)
 cleanup:
     free(keep);
     if (st) {
+        v->safetensors = NULL;
         free(st->pieces);
         free(st->head);
         free((void *)st->clean);
@@ -245,6 +281,34 @@ int tbm_safetensors_size(const struct tbm_views *v, size_t t, uint64_t *size)
 {
     (void)t;
     *size = v->safetensors->size;
+    return v->safetensors->too_big ? TBM_ERR_PROBLEM : 0;
+}
+
+bool tbm_safetensors_present(const struct tbm_views *v)
+{
+    return !v->safetensors->too_big;
+}
+
+int tbm_safetensors_notes(const struct tbm_views *v, struct json_object *missing,
+                          struct json_object *notes)
+{
+    const struct tbm_safetensors *st = v->safetensors;
+    char line[256];
+
+    if (st->too_big) {
+        snprintf(line, sizeof(line),
+                 "no model.safetensors: its header would be %llu bytes, over the %llu that "
+                 "safetensors loaders accept",
+                 st->header, HEADER_MAX);
+        if (json_object_array_add(missing, json_object_new_string(line)) < 0)
+            return TBM_ERR_NOMEM;
+    }
+    if (st->metadata_named &&
+        json_object_array_add(
+            notes, json_object_new_string("model.safetensors: tensor " METADATA_KEY
+                                          " left out (safetensors keeps that key for the "
+                                          "file's metadata); listed in its \"omitted\"")) < 0)
+        return TBM_ERR_NOMEM;
     return 0;
 }
 

@@ -4,6 +4,7 @@ that share weight bytes, a quantized tensor's header.json and self-test line, te
 nm for every tensor, the errors of a container whose index is unusable (a .tb misnamed, a file
 cut short) and config.json's torch_dtype when every tensor is quantized."""
 
+import errno
 import json
 import os
 import resource
@@ -194,6 +195,54 @@ def held_results(suite, tmp):
                    timeout=120)
 
 
+def st_header(path):
+    """The JSON header of a safetensors file, refusing a key given twice."""
+    def pairs(items):
+        keys = [k for k, _ in items]
+        check(len(keys) == len(set(keys)), "a key twice in the header: %r" % keys)
+        return dict(items)
+    with open(path, "rb") as f:
+        (n,) = struct.unpack("<Q", f.read(8))
+        return json.loads(f.read(n), object_pairs_hook=pairs)
+
+
+def safetensors_limits(suite, tmp):
+    """A tensor named __metadata__ is left out of model.safetensors (the key is safetensors'
+    own), and model.json says so; a header over 100,000,000 bytes means no model.safetensors,
+    and model.json says why."""
+    mk = gen.make_tensor
+    ts = [mk("a", [8], "fp32", (0, 0), 1), mk("__metadata__", [8], "fp32", (0, 0), 2),
+          mk("b", [4, 8], "fp32", (2, 4), 3)]
+    path = os.path.join(tmp, "meta.tbm")
+    gen.write_file(path, gen.container(ts).data)
+    m = suite.mount(path, name="__metadata__ tensor: mounts")
+    with m:
+        def left_out():
+            h = st_header(m.p("model.safetensors"))
+            eq(sorted(k for k in h if k != "__metadata__"), ["a", "b"], "tensors")
+            check(all(isinstance(x, str) for x in h["__metadata__"].values()), h["__metadata__"])
+            eq(json.loads(h["__metadata__"]["omitted"]), ["__metadata__"], "omitted")
+            notes = read_json(m.p("model.json")).get("views_notes", [])
+            check(any("__metadata__ left out" in x for x in notes), notes)
+        suite.case("__metadata__ tensor: left out of model.safetensors, model.json says so",
+                   left_out)
+    name = "n" * 65536
+    big = [mk(name + "%04d" % i, [1], "fp32", (0, 0), 4) for i in range(1530)]
+    path2 = os.path.join(tmp, "bighead.tbm")
+    gen.write_file(path2, gen.container(big).data)
+    m2 = suite.mount(path2, name="100 MB header: mounts")
+    with m2:
+        def none():
+            missing = read_json(m2.p("model.json")).get("views_missing", [])
+            check(any(x.startswith("no model.safetensors: its header would be ") and
+                      "over the 100000000 that safetensors loaders accept" in x
+                      for x in missing), missing)
+            err = harness.errno_of(os.stat, m2.p("model.safetensors"))
+            check(err in (errno.ENOENT, errno.EIO), "stat: %s" % harness.ename(err))
+        suite.case("header over 100,000,000 bytes: no model.safetensors, model.json says why",
+                   none, timeout=60)
+
+
 def main(suite):
     global gen
     gen = harness.load_gen()
@@ -202,6 +251,7 @@ def main(suite):
     unusable_index(suite, suite.tmp)
     padding(suite, suite.tmp)
     held_results(suite, suite.tmp)
+    safetensors_limits(suite, suite.tmp)
 
 
 if __name__ == "__main__":
