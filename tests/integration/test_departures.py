@@ -243,6 +243,39 @@ def safetensors_limits(suite, tmp):
                    none, timeout=60)
 
 
+def ctime_compared(suite, tmp):
+    """A file rewritten in place with its mtime put back is still a change (contract v2 names
+    ctime); a file replaced by a rename (its old inode's ctime bumped by the unlink) is served
+    as it was."""
+    mk = gen.make_tensor
+    ts = [mk("w%d" % i, [16, 16], "fp32", (2, 4), 30 + i) for i in range(3)]
+    other = [mk("w%d" % i, [16, 16], "fp32", (2, 4), 60 + i) for i in range(3)]
+    old, new = gen.container(ts).data, gen.container(other).data
+    eq(len(old), len(new), "same size")
+    path = os.path.join(tmp, "ctime.tbm")
+    gen.write_file(path, old)
+    m = suite.mount(path, name="ctime: mounts")
+    with m:
+        def rewrite():
+            eq(read_all(m.p("tensors", "w0", "weights.bin")), ts[0].weights, "before")
+            st = os.stat(path)
+            with open(path, "r+b") as f:
+                f.write(new)
+            os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+            eq(os.stat(path).st_mtime_ns, st.st_mtime_ns, "mtime put back")
+            expect_eio(m.p("tensors", "w1", "weights.bin"), "w1/weights.bin after the rewrite")
+        suite.case("ctime: a rewrite with its mtime put back is EIO", rewrite)
+    path2 = os.path.join(tmp, "renamed.tbm")
+    gen.write_file(path2, old)
+    m2 = suite.mount(path2, name="ctime: rename: mounts")
+    with m2:
+        def renamed():
+            gen.write_file(path2 + ".new", new)
+            os.rename(path2 + ".new", path2)
+            eq(read_all(m2.p("tensors", "w1", "weights.bin")), ts[1].weights, "old bytes")
+        suite.case("ctime: a source replaced by a rename is served as it was", renamed)
+
+
 def main(suite):
     global gen
     gen = harness.load_gen()
@@ -252,6 +285,7 @@ def main(suite):
     padding(suite, suite.tmp)
     held_results(suite, suite.tmp)
     safetensors_limits(suite, suite.tmp)
+    ctime_compared(suite, suite.tmp)
 
 
 if __name__ == "__main__":
