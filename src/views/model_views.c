@@ -4,7 +4,9 @@
  * for the architectures it knows, rendered at mount). */
 #include "internal.h"
 
+#include <assert.h>
 #include <json-c/json.h>
+#include <json-c/printbuf.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -43,23 +45,72 @@ static struct json_object *tensor_json(const struct tbm_tensor *t,
     return o;
 }
 
-static int tensors_doc(const struct tbm_views *v, bool with_stats, char **out, size_t *len)
+/* Appends n bytes of s to pb, each line indented by two spaces (an element
+ * of the top array), or only counts them when pb is NULL. */
+static int add_indented(struct printbuf *pb, const char *s, size_t *total)
 {
-    struct json_object *arr = json_object_new_array_ext((int)v->model->ntensors);
+    for (const char *p = s; *p;) {
+        const char *nl = strchr(p, '\n');
+        size_t n = nl ? (size_t)(nl - p) + 1 : strlen(p);
+        *total += n + (nl && nl[1] ? 2 : 0);
+        if (pb && printbuf_memappend(pb, p, (int)n) < 0)
+            return TBM_ERR_NOMEM;
+        if (pb && nl && nl[1] && printbuf_memappend(pb, "  ", 2) < 0)
+            return TBM_ERR_NOMEM;
+        p += n;
+    }
+    return 0;
+}
 
-    if (!arr)
+/* tensors.json one tensor at a time: no tree of a million objects. pb NULL
+ * only counts the bytes. */
+static int tensors_text(const struct tbm_views *v, bool with_stats, struct printbuf *pb,
+                        size_t *total)
+{
+    const int flags =
+        JSON_C_TO_STRING_PRETTY | JSON_C_TO_STRING_SPACED | JSON_C_TO_STRING_NOSLASHESCAPE;
+    size_t n = v->model->ntensors;
+    int r = 0;
+
+    *total = n ? 4 : 3; /* "[\n" ... "]\n", or "[]\n" */
+    if (pb && printbuf_memappend(pb, n ? "[\n" : "[", n ? 2 : 1) < 0)
         return TBM_ERR_NOMEM;
-    for (size_t t = 0; t < v->model->ntensors; t++) {
+    for (size_t t = 0; t < n && r == 0; t++) {
         const struct tbm_tensor_stats *st = with_stats ? tbm_tensor_stats(v->model, t) : NULL;
         struct json_object *o = with_stats && !st ? NULL : tensor_json(&v->model->tensors[t], st);
-        if (!o || json_object_array_add(arr, o) < 0) {
-            json_object_put(o);
-            json_object_put(arr);
-            return TBM_ERR_NOMEM;
-        }
+        const char *text = o ? json_object_to_json_string_ext(o, flags) : NULL;
+        r = text ? 0 : TBM_ERR_NOMEM;
+        if (r == 0 && pb)
+            r = printbuf_memappend(pb, "  ", 2) < 0 ? TBM_ERR_NOMEM : 0;
+        *total += 2 + (t + 1 < n ? 2 : 1);
+        if (r == 0)
+            r = add_indented(pb, text, total);
+        if (r == 0 && pb)
+            r = printbuf_memappend(pb, t + 1 < n ? ",\n" : "\n", t + 1 < n ? 2 : 1) < 0
+                    ? TBM_ERR_NOMEM
+                    : 0;
+        json_object_put(o);
     }
-    int r = tbm_json_dump(arr, out, len);
-    json_object_put(arr);
+    if (r == 0 && pb)
+        r = printbuf_memappend(pb, "]\n", 2) < 0 ? TBM_ERR_NOMEM : 0;
+    return r;
+}
+
+static int tensors_doc(const struct tbm_views *v, bool with_stats, char **out, size_t *len)
+{
+    struct printbuf *pb = printbuf_new();
+    size_t total;
+    int r = pb ? tensors_text(v, with_stats, pb, &total) : TBM_ERR_NOMEM;
+
+    if (r == 0 && !(*out = malloc(total)))
+        r = TBM_ERR_NOMEM;
+    if (r == 0) {
+        assert((size_t)printbuf_length(pb) == total);
+        memcpy(*out, pb->buf, total);
+        *len = total;
+    }
+    if (pb)
+        printbuf_free(pb);
     return r;
 }
 
@@ -69,8 +120,11 @@ static int tensors_doc(const struct tbm_views *v, bool with_stats, char **out, s
 
 int tbm_tensors_json_prepare(struct tbm_views *v)
 {
-    return tbm_lazy_doc_size(v, tensors_doc, TENSOR_SLACK * (uint64_t)v->model->ntensors + 64,
-                             &v->tensors_json_size);
+    size_t total;
+    int r = tensors_text(v, false, NULL, &total);
+
+    v->tensors_json_size = total + TENSOR_SLACK * (uint64_t)v->model->ntensors + 64;
+    return r;
 }
 
 int tbm_tensors_json_size(const struct tbm_views *v, size_t t, uint64_t *size)
