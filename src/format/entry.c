@@ -84,7 +84,8 @@ static int parse_location(struct json_object *entry, struct tbm_tensor *t, struc
     return 0;
 }
 
-int tbm_entry_parse(struct json_object *entry, size_t i, struct tbm_tensor *t, struct tbm_entry *e)
+int tbm_entry_parse(struct json_object *entry, size_t i, struct tbm_tensor *t, struct tbm_entry *e,
+                    const char *text, size_t text_len)
 {
     int r;
 
@@ -98,9 +99,21 @@ int tbm_entry_parse(struct json_object *entry, size_t i, struct tbm_tensor *t, s
         (r = parse_location(entry, t, e)) < 0)
         return r;
     parse_nm(entry, t);
+    if (text) {
+        /* the stored text: held by the model for the mount, and no copy of
+         * a million entries */
+        t->entry_json = text;
+        t->entry_json_len = text_len;
+        return 0;
+    }
     const char *s = json_object_to_json_string_ext(entry, JSON_C_TO_STRING_PLAIN);
-    t->entry_json = strdup(s ? s : "null");
-    return t->entry_json ? 0 : TBM_ERR_NOMEM;
+    char *copy = strdup(s ? s : "null");
+    if (!copy)
+        return TBM_ERR_NOMEM;
+    t->entry_json = copy;
+    t->entry_json_len = strlen(copy);
+    t->entry_json_owned = true;
+    return 0;
 }
 
 static int check_u64(struct json_object *entry, struct tbm_tensor *t, const char *key,

@@ -113,9 +113,12 @@ struct tbm_entry {
     size_t file_len;
 };
 
-/* Fills t (name, shape, serialized entry) and e from index entry number i.
- * Entry-level defects go to t's problems or warnings. */
-int tbm_entry_parse(struct json_object *entry, size_t i, struct tbm_tensor *t, struct tbm_entry *e);
+/* Fills t (name, shape, entry text) and e from index entry number i, whose
+ * text in the index (held for the model's life) is text_len bytes at text,
+ * or NULL to serialize it. Entry-level defects go to t's problems or
+ * warnings. */
+int tbm_entry_parse(struct json_object *entry, size_t i, struct tbm_tensor *t, struct tbm_entry *e,
+                    const char *text, size_t text_len);
 
 /* Reads of the source while it is validated, through a window: the small
  * tensors of a large index lie side by side, and one pread per window rather

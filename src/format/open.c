@@ -187,7 +187,8 @@ void tbm_tensors_free(struct tbm_model *m)
         free(t->name);
         free(t->dir);
         free(t->shape);
-        free(t->entry_json);
+        if (t->entry_json_owned)
+            free((char *)t->entry_json);
         tbm_strlist_free(&t->problems);
         tbm_strlist_free(&t->warnings);
     }

@@ -86,7 +86,11 @@ struct tbm_tensor {
     uint32_t index_nm_n, index_nm_m;
     struct tbm_strlist problems;
     struct tbm_strlist warnings;
-    char *entry_json; /* the tensor's index entry, serialized */
+    /* the tensor's index entry: its text in the index as stored (sliced
+     * parse), or serialized (entry_json_owned) */
+    const char *entry_json;
+    size_t entry_json_len;
+    bool entry_json_owned;
     /* problems and warnings before the blob was validated: a second look
      * for a misplaced blob starts again from there */
     size_t entry_problems, entry_warnings;

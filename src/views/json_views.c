@@ -88,20 +88,20 @@ static struct json_object *warnings_json(const struct tbm_tensor *t,
 
 static int print_stored(struct json_object *obj, struct printbuf *pb, int level, int flags)
 {
-    const char *text = json_object_get_userdata(obj);
+    const struct tbm_tensor *t = json_object_get_userdata(obj);
     (void)level, (void)flags;
-    return printbuf_memappend(pb, text, (int)strlen(text));
+    return printbuf_memappend(pb, t->entry_json, (int)t->entry_json_len);
 }
 
 /* The index entry was validated and serialized at open; it is written out
  * as it is rather than parsed again for every render. */
-static struct json_object *stored_json(const char *text)
+static struct json_object *stored_json(const struct tbm_tensor *t)
 {
-    if (!text)
+    if (!t->entry_json)
         return NULL;
     struct json_object *obj = json_object_new_object();
     if (obj)
-        json_object_set_serializer(obj, print_stored, (void *)text, NULL);
+        json_object_set_serializer(obj, print_stored, (void *)t, NULL);
     return obj;
 }
 
@@ -126,7 +126,7 @@ static int header_doc(const struct tbm_views *v, size_t t, bool with_stats, char
                            json_object_new_boolean(tensor->mask_usable && tensor->mask.ok));
     json_object_object_add(o, "problems", strlist_json(&tensor->problems));
     json_object_object_add(o, "warnings", warnings_json(tensor, st));
-    json_object_object_add(o, "index", stored_json(tensor->entry_json));
+    json_object_object_add(o, "index", stored_json(tensor));
     int r = tbm_json_dump(o, out, len);
     json_object_put(o);
     return r;
