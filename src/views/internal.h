@@ -15,8 +15,10 @@ struct tbm_safetensors; /* model.safetensors' layout (safetensors.c) */
 
 struct tbm_views {
     const struct tbm_model *model;
-    uint32_t batch;           /* self-test batch */
-    uint64_t model_json_size; /* fixed at mount; rendered when first opened */
+    uint32_t batch; /* self-test batch */
+    /* fixed for the mount, counted when first asked; rendered when first
+     * opened */
+    _Atomic uint64_t model_json_size;
     /* per tensor, the size of each row whose size is cached (header.json,
      * selftest) plus one, once known (0: not yet): stat must not render
      * them every time */
@@ -24,8 +26,10 @@ struct tbm_views {
     struct tbm_selftests *selftests;
     struct tbm_results *results;
     struct tbm_safetensors *safetensors;
-    uint64_t tensors_json_size; /* fixed at mount; rendered when first opened */
-    char *config_json;          /* NULL for an architecture config.json does not know */
+    /* fixed for the mount, counted when first asked (0 until then: a
+     * million tensors take a while); rendered when first opened */
+    _Atomic uint64_t tensors_json_size;
+    char *config_json; /* NULL for an architecture config.json does not know */
     size_t config_json_len;
 };
 

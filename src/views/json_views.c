@@ -235,23 +235,32 @@ static int model_doc(const struct tbm_views *v, bool with_stats, char **out, siz
 
 int tbm_model_json_prepare(struct tbm_views *v)
 {
-    /* model.json says why model.safetensors leaves tensors out, or is missing */
-    int r = tbm_safetensors_init(v);
-
-    return r < 0 ? r : tbm_lazy_doc_size(v, model_doc, MODEL_SLACK, &v->model_json_size);
+    atomic_store(&v->model_json_size, 0);
+    return 0;
 }
 
+/* Counted when first asked rather than at mount (it says why
+ * model.safetensors leaves tensors out, which needs that file's layout);
+ * threads that ask at once count the same bytes. */
 int tbm_model_json_size(const struct tbm_views *v, size_t t, uint64_t *size)
 {
+    struct tbm_views *mv = (struct tbm_views *)v;
+
     (void)t;
-    *size = v->model_json_size;
-    return 0;
+    if ((*size = atomic_load(&mv->model_json_size)))
+        return 0;
+    int r = tbm_lazy_doc_size(v, model_doc, MODEL_SLACK, size);
+    if (r == 0)
+        atomic_store(&mv->model_json_size, *size);
+    return r;
 }
 
 int tbm_model_json_render(const struct tbm_views *v, size_t t, char **out, size_t *len)
 {
-    (void)t;
-    return tbm_lazy_doc_render_lines(v, model_doc, v->model_json_size, out, len);
+    uint64_t size;
+    int r = tbm_model_json_size(v, t, &size);
+
+    return r < 0 ? r : tbm_lazy_doc_render_lines(v, model_doc, size, out, len);
 }
 
 int tbm_index_json_size(const struct tbm_views *v, size_t t, uint64_t *size)

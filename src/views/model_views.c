@@ -120,24 +120,35 @@ static int tensors_doc(const struct tbm_views *v, bool with_stats, char **out, s
 
 int tbm_tensors_json_prepare(struct tbm_views *v)
 {
-    size_t total;
-    int r = tensors_text(v, false, NULL, &total);
-
-    v->tensors_json_size = total + TENSOR_SLACK * (uint64_t)v->model->ntensors + 64;
-    return r;
+    atomic_store(&v->tensors_json_size, 0);
+    return 0;
 }
 
+/* Counted when first asked rather than at mount; threads that ask at once
+ * count the same bytes. */
 int tbm_tensors_json_size(const struct tbm_views *v, size_t t, uint64_t *size)
 {
+    struct tbm_views *mv = (struct tbm_views *)v;
+    size_t total;
+
     (void)t;
-    *size = v->tensors_json_size;
+    if ((*size = atomic_load(&mv->tensors_json_size)))
+        return 0;
+    int r = tensors_text(v, false, NULL, &total);
+    if (r < 0)
+        return r;
+    *size = total + TENSOR_SLACK * (uint64_t)v->model->ntensors + 64;
+    atomic_store(&mv->tensors_json_size, *size);
     return 0;
 }
 
 int tbm_tensors_json_render(const struct tbm_views *v, size_t t, char **out, size_t *len)
 {
     (void)t;
-    return tbm_lazy_doc_render_lines(v, tensors_doc, v->tensors_json_size, out, len);
+    uint64_t size;
+    int r = tbm_tensors_json_size(v, 0, &size);
+
+    return r < 0 ? r : tbm_lazy_doc_render_lines(v, tensors_doc, size, out, len);
 }
 
 /* The Hugging Face class of an architecture config.json knows, or NULL. */

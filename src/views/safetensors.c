@@ -8,6 +8,7 @@
 
 #include <json-c/json.h>
 #include <json-c/printbuf.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -92,7 +93,7 @@ static int cmp_name(const void *a, const void *b, void *arg)
 
 /* Marks in keep the tensors that appear: sound, and the first sound one of
  * their name. Sorting the names keeps this O(n log n) for 100,000 tensors. */
-static int choose(const struct tbm_views *v, bool *keep)
+static int choose(const struct tbm_views *v, struct tbm_safetensors *st, bool *keep)
 {
     const struct tbm_model *m = v->model;
     size_t *order = malloc((m->ntensors ? m->ntensors : 1) * sizeof(*order));
@@ -104,7 +105,7 @@ static int choose(const struct tbm_views *v, bool *keep)
         if (!sound(v, t))
             continue;
         if (metadata_named(&m->tensors[t]))
-            v->safetensors->metadata_named = true;
+            st->metadata_named = true;
         else
             order[n++] = t;
     }
@@ -230,39 +231,60 @@ cleanup:
     return r;
 }
 
-int tbm_safetensors_init(struct tbm_views *v)
+static int layout_build(const struct tbm_views *v, struct tbm_safetensors **out)
 {
     size_t n = v->model->ntensors ? v->model->ntensors : 1;
-    struct tbm_safetensors *st;
-    bool *keep;
+    struct tbm_safetensors *st = calloc(1, sizeof(*st));
+    bool *keep = calloc(n, sizeof(*keep));
     int r = TBM_ERR_NOMEM;
 
-    /* model.json, prepared first, says why tensors are left out */
-    if (v->safetensors)
-        return 0;
-    st = calloc(1, sizeof(*st));
-    keep = calloc(n, sizeof(*keep));
     if (!st || !keep || !(st->pieces = malloc(n * sizeof(*st->pieces))))
         goto cleanup;
-    v->safetensors = st;
-    if ((r = choose(v, keep)) < 0 || (r = build(v, st, keep)) < 0)
+    if ((r = choose(v, st, keep)) < 0 || (r = build(v, st, keep)) < 0)
         goto cleanup;
     r = TBM_ERR_NOMEM;
     if (!(st->clean = calloc(st->size / GRANULE + 1, sizeof(*st->clean))))
         goto cleanup;
     r = 0;
-    v->safetensors = st;
+    *out = st;
     st = NULL;
 cleanup:
     free(keep);
     if (st) {
-        v->safetensors = NULL;
         free(st->pieces);
         free(st->head);
         free((void *)st->clean);
         free(st);
     }
     return r;
+}
+
+/* One build of the layout whatever the number of threads asking at once. */
+static pthread_mutex_t layout_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* The layout, built when first needed (its size, a read, model.json's
+ * notes): a mount does not wait for the header of a million tensors. NULL
+ * when out of memory. */
+static const struct tbm_safetensors *layout(const struct tbm_views *v)
+{
+    struct tbm_views *mv = (struct tbm_views *)v;
+    struct tbm_safetensors *st = __atomic_load_n(&mv->safetensors, __ATOMIC_ACQUIRE);
+
+    if (st)
+        return st;
+    pthread_mutex_lock(&layout_lock);
+    st = __atomic_load_n(&mv->safetensors, __ATOMIC_ACQUIRE);
+    if (!st && layout_build(v, &st) == 0)
+        __atomic_store_n(&mv->safetensors, st, __ATOMIC_RELEASE);
+    pthread_mutex_unlock(&layout_lock);
+    return st;
+}
+
+int tbm_safetensors_init(struct tbm_views *v)
+{
+    /* built by layout() when first needed */
+    v->safetensors = NULL;
+    return 0;
 }
 
 void tbm_safetensors_free(struct tbm_views *v)
@@ -279,22 +301,30 @@ void tbm_safetensors_free(struct tbm_views *v)
 
 int tbm_safetensors_size(const struct tbm_views *v, size_t t, uint64_t *size)
 {
+    const struct tbm_safetensors *st = layout(v);
+
     (void)t;
-    *size = v->safetensors->size;
-    return v->safetensors->too_big ? TBM_ERR_PROBLEM : 0;
+    if (!st)
+        return TBM_ERR_NOMEM;
+    *size = st->size;
+    return st->too_big ? TBM_ERR_PROBLEM : 0;
 }
 
 bool tbm_safetensors_present(const struct tbm_views *v)
 {
-    return !v->safetensors->too_big;
+    const struct tbm_safetensors *st = layout(v);
+
+    return !st || !st->too_big;
 }
 
 int tbm_safetensors_notes(const struct tbm_views *v, struct json_object *missing,
                           struct json_object *notes)
 {
-    const struct tbm_safetensors *st = v->safetensors;
+    const struct tbm_safetensors *st = layout(v);
     char line[256];
 
+    if (!st)
+        return TBM_ERR_NOMEM;
     if (st->too_big) {
         snprintf(line, sizeof(line),
                  "no model.safetensors: its header would be %llu bytes, over the %llu that "
@@ -476,11 +506,13 @@ static int tensor_bytes(enum tbm_isa isa, const struct tbm_tensor *t, char *buf,
 int tbm_safetensors_read(const struct tbm_views *v, size_t t, char *buf, uint64_t off, size_t len,
                          size_t *got)
 {
-    const struct tbm_safetensors *st = v->safetensors;
+    const struct tbm_safetensors *st = layout(v);
     size_t done = 0;
 
     (void)t;
     *got = 0;
+    if (!st)
+        return TBM_ERR_NOMEM;
     if (off >= st->size)
         return 0;
     if (len > st->size - off)
@@ -519,9 +551,11 @@ static bool found_clean(const struct tbm_safetensors *st, uint64_t off, size_t l
 int tbm_safetensors_locate(const struct tbm_views *v, size_t t, uint64_t off, size_t len,
                            struct tbm_source_range *out, struct tbm_source **src)
 {
-    const struct tbm_safetensors *st = v->safetensors;
+    const struct tbm_safetensors *st = layout(v);
 
     (void)t;
+    if (!st)
+        return TBM_ERR_NOMEM;
     if (off >= st->size)
         return 1;
     if (len > st->size - off)
