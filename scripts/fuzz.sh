@@ -8,7 +8,10 @@
 # FUZZ_TARGET picks the target: fuzz_source (default), the source-opening path
 # (seeds in tests/fuzz/corpus, findings in tests/fuzz/regressions), or
 # fuzz_split, parsing an index in slices against parsing it whole
-# (tests/fuzz/split_corpus, tests/fuzz/split_regressions). FUZZ_BUILD names the
+# (tests/fuzz/split_corpus, tests/fuzz/split_regressions), or fuzz_views,
+# random ranges of every view of a model opened from arbitrary bytes written
+# over one file in memory (seeds tests/fuzz/corpus, findings in
+# tests/fuzz/views_regressions). FUZZ_BUILD names the
 # build directory (default build-fuzz). FUZZ_CORPUS names a directory that
 # keeps the grown corpus across runs (default: a temporary copy, removed at
 # the end).
@@ -22,8 +25,9 @@ target=${FUZZ_TARGET:-fuzz_source}
 case "$target" in
 fuzz_source) seeds_dir=tests/fuzz/corpus regressions=tests/fuzz/regressions ;;
 fuzz_split) seeds_dir=tests/fuzz/split_corpus regressions=tests/fuzz/split_regressions ;;
+fuzz_views) seeds_dir=tests/fuzz/corpus regressions=tests/fuzz/views_regressions ;;
 *)
-    echo "fuzz: FUZZ_TARGET=$target: not fuzz_source or fuzz_split" >&2
+    echo "fuzz: FUZZ_TARGET=$target: not fuzz_source, fuzz_split or fuzz_views" >&2
     exit 2
     ;;
 esac

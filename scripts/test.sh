@@ -57,3 +57,4 @@ ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 suite build-asan "$@" || exit 1
 
 scripts/fuzz.sh "${TBMFS_FUZZ_SECONDS:-60}" || exit 1
 FUZZ_TARGET=fuzz_split scripts/fuzz.sh "${TBMFS_FUZZ_SECONDS:-60}" || exit 1
+FUZZ_TARGET=fuzz_views scripts/fuzz.sh "${TBMFS_FUZZ_SECONDS:-60}" || exit 1

@@ -19,6 +19,7 @@ struct tbm_source_id {
     uint64_t size;
     uint64_t dev, ino;
     struct timespec mtime, ctime;
+    uint64_t nlink;
     char tag[128];
 };
 

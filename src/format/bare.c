@@ -42,7 +42,10 @@ static int synthesize_index(struct tbm_opener *o)
         json_object_object_add(e, "num_weights", json_object_new_uint64(h->num_weights));
         json_object_object_add(e, "num_mask_bytes", json_object_new_uint64(h->num_mask_bytes));
     }
-    t->entry_json = strdup(json_object_to_json_string_ext(e, JSON_C_TO_STRING_PLAIN));
+    char *entry_text = strdup(json_object_to_json_string_ext(e, JSON_C_TO_STRING_PLAIN));
+    t->entry_json = entry_text;
+    t->entry_json_len = entry_text ? strlen(entry_text) : 0;
+    t->entry_json_owned = true;
     const char *s =
         json_object_to_json_string_ext(root, JSON_C_TO_STRING_PRETTY | JSON_C_TO_STRING_SPACED);
     o->m->index_json = s ? malloc(strlen(s) + 1) : NULL;

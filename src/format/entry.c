@@ -55,6 +55,18 @@ static int parse_shape(struct json_object *entry, struct tbm_tensor *t)
     return 0;
 }
 
+static void parse_nm(struct json_object *entry, struct tbm_tensor *t)
+{
+    uint64_t n, m;
+
+    if (tbm_json_get_u64(entry, "nm_n", &n) == 1 && tbm_json_get_u64(entry, "nm_m", &m) == 1 &&
+        n <= UINT32_MAX && m <= UINT32_MAX) {
+        t->index_nm_known = true;
+        t->index_nm_n = (uint32_t)n;
+        t->index_nm_m = (uint32_t)m;
+    }
+}
+
 static int parse_location(struct json_object *entry, struct tbm_tensor *t, struct tbm_entry *e)
 {
     struct json_object *v;
@@ -72,7 +84,8 @@ static int parse_location(struct json_object *entry, struct tbm_tensor *t, struc
     return 0;
 }
 
-int tbm_entry_parse(struct json_object *entry, size_t i, struct tbm_tensor *t, struct tbm_entry *e)
+int tbm_entry_parse(struct json_object *entry, size_t i, struct tbm_tensor *t, struct tbm_entry *e,
+                    const char *text, size_t text_len)
 {
     int r;
 
@@ -85,9 +98,22 @@ int tbm_entry_parse(struct json_object *entry, size_t i, struct tbm_tensor *t, s
     if ((r = parse_name(entry, i, t)) < 0 || (r = parse_shape(entry, t)) < 0 ||
         (r = parse_location(entry, t, e)) < 0)
         return r;
+    parse_nm(entry, t);
+    if (text) {
+        /* the stored text: held by the model for the mount, and no copy of
+         * a million entries */
+        t->entry_json = text;
+        t->entry_json_len = text_len;
+        return 0;
+    }
     const char *s = json_object_to_json_string_ext(entry, JSON_C_TO_STRING_PLAIN);
-    t->entry_json = strdup(s ? s : "null");
-    return t->entry_json ? 0 : TBM_ERR_NOMEM;
+    char *copy = strdup(s ? s : "null");
+    if (!copy)
+        return TBM_ERR_NOMEM;
+    t->entry_json = copy;
+    t->entry_json_len = strlen(copy);
+    t->entry_json_owned = true;
+    return 0;
 }
 
 static int check_u64(struct json_object *entry, struct tbm_tensor *t, const char *key,

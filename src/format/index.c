@@ -158,6 +158,25 @@ static const char *quantized_dtype(struct json_object *entry)
     return NULL;
 }
 
+static bool json_space(char c)
+{
+    return c == ' ' || c == '\t' || c == '\n' || c == '\r';
+}
+
+/* Element i's text in a split index, without the whitespace around it. */
+static const char *element_text(const struct tbm_opener *o, size_t i, size_t *len)
+{
+    const char *buf = o->m->index_json;
+    size_t a = o->split.sep[i] + 1, b = o->split.sep[i + 1];
+
+    while (a < b && json_space(buf[a]))
+        a++;
+    while (b > a && json_space(buf[b - 1]))
+        b--;
+    *len = b - a;
+    return buf + a;
+}
+
 static int add_tensor(struct tbm_opener *o, struct json_object *entry, size_t i,
                       struct tbm_reader *rd)
 {
@@ -169,13 +188,19 @@ static int add_tensor(struct tbm_opener *o, struct json_object *entry, size_t i,
 
     if (o->opts->progress)
         atomic_fetch_add_explicit(&o->opts->progress->loaded, 1, memory_order_relaxed);
-    if ((r = tbm_entry_parse(entry, i, t, &e)) < 0)
+    size_t text_len = 0;
+    const char *text = o->split.sep ? element_text(o, i, &text_len) : NULL;
+
+    if ((r = tbm_entry_parse(entry, i, t, &e, text, text_len)) < 0)
         return r;
     if (!json_object_is_type(entry, json_type_object))
         return 0;
     /* One problem and nothing else: the blob is never located, so its
      * regions neither break a neighbour nor are blamed by one. */
     if ((q = quantized_dtype(entry))) {
+        /* header.json's offset is the entry's, though nothing is read there */
+        if (o->m->kind == TBM_SOURCE_CONTAINER && e.has_offset)
+            t->offset = e.offset;
         tbm_strlist_truncate(&t->problems, 0);
         tbm_strlist_truncate(&t->warnings, 0);
         return tbm_strlist_addf(&t->problems,

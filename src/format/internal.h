@@ -113,9 +113,12 @@ struct tbm_entry {
     size_t file_len;
 };
 
-/* Fills t (name, shape, serialized entry) and e from index entry number i.
- * Entry-level defects go to t's problems or warnings. */
-int tbm_entry_parse(struct json_object *entry, size_t i, struct tbm_tensor *t, struct tbm_entry *e);
+/* Fills t (name, shape, entry text) and e from index entry number i, whose
+ * text in the index (held for the model's life) is text_len bytes at text,
+ * or NULL to serialize it. Entry-level defects go to t's problems or
+ * warnings. */
+int tbm_entry_parse(struct json_object *entry, size_t i, struct tbm_tensor *t, struct tbm_entry *e,
+                    const char *text, size_t text_len);
 
 /* Reads of the source while it is validated, through a window: the small
  * tensors of a large index lie side by side, and one pread per window rather
@@ -197,9 +200,10 @@ int tbm_for_each_span(struct tbm_opener *o, size_t n,
                       int (*fn)(struct tbm_opener *o, size_t begin, size_t end));
 
 /* The jobs of an open, in the order tbm_model_open runs them. */
-int tbm_container_open(struct tbm_opener *o); /* index length, then tbm_index_read */
-int tbm_manifest_open(struct tbm_opener *o);  /* manifest.json, then tbm_index_read */
-int tbm_bare_open(struct tbm_opener *o);      /* one blob, its index synthesized */
+int tbm_container_open(struct tbm_opener *o);      /* index length, then tbm_index_read */
+void tbm_container_diagnose(struct tbm_opener *o); /* why its index is unusable: cut, or a .tb */
+int tbm_manifest_open(struct tbm_opener *o);       /* manifest.json, then tbm_index_read */
+int tbm_bare_open(struct tbm_opener *o);           /* one blob, its index synthesized */
 int tbm_index_read(struct tbm_opener *o, struct tbm_source *src, uint64_t off, uint64_t len,
                    const char *what);              /* JSON read and split or parsed */
 int tbm_index_load(struct tbm_opener *o);          /* every entry into a tensor record */

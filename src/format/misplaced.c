@@ -92,7 +92,8 @@ int tbm_misplaced_find(struct tbm_opener *o)
         if (!t->src || t->header_valid || !prev->header_valid || !blob_end(prev, &end) ||
             end == t->offset)
             continue;
-        struct json_object *entry = json_tokener_parse(t->entry_json);
+        const char *why;
+        struct json_object *entry = tbm_json_parse_strict(t->entry_json, t->entry_json_len, &why);
         if (!entry) {
             r = TBM_ERR_NOMEM;
             break;

@@ -169,6 +169,8 @@ int tbm_model_open(const char *path, const struct tbm_open_options *opts, struct
     return 0;
 
 out_err:
+    if (r == TBM_ERR_SOURCE && m->kind == TBM_SOURCE_CONTAINER && m->src)
+        tbm_container_diagnose(&o);
     json_object_put(o.root);
     tbm_json_split_free(&o.split);
     tbm_model_close(m);
@@ -185,7 +187,8 @@ void tbm_tensors_free(struct tbm_model *m)
         free(t->name);
         free(t->dir);
         free(t->shape);
-        free(t->entry_json);
+        if (t->entry_json_owned)
+            free((char *)t->entry_json);
         tbm_strlist_free(&t->problems);
         tbm_strlist_free(&t->warnings);
     }
@@ -258,4 +261,14 @@ const char *tbm_model_tensor_message(const struct tbm_model *m, size_t t, bool p
     if (i < tensor->warnings.count)
         return tensor->warnings.items[i];
     return tbm_tensor_stats(m, t)->warnings.items[i - tensor->warnings.count];
+}
+
+void tbm_tensor_nm(const struct tbm_tensor *t, char *buf, size_t len)
+{
+    if (t->header_valid)
+        snprintf(buf, len, "%u:%u", t->hdr.nm_n, t->hdr.nm_m);
+    else if (t->index_nm_known)
+        snprintf(buf, len, "%u:%u", t->index_nm_n, t->index_nm_m);
+    else
+        snprintf(buf, len, "0:0");
 }

@@ -80,9 +80,17 @@ struct tbm_tensor {
     uint64_t *shape;      /* from the index; NULL when absent */
     size_t ndim;
     bool shape_matches; /* product of shape == num_weights */
+    /* the index's nm_n and nm_m, when both are integers below 2^32: the N:M
+     * shown of a tensor without a valid header */
+    bool index_nm_known;
+    uint32_t index_nm_n, index_nm_m;
     struct tbm_strlist problems;
     struct tbm_strlist warnings;
-    char *entry_json; /* the tensor's index entry, serialized */
+    /* the tensor's index entry: its text in the index as stored (sliced
+     * parse), or serialized (entry_json_owned) */
+    const char *entry_json;
+    size_t entry_json_len;
+    bool entry_json_owned;
     /* problems and warnings before the blob was validated: a second look
      * for a misplaced blob starts again from there */
     size_t entry_problems, entry_warnings;
@@ -145,6 +153,11 @@ int tbm_mask_read(const struct tbm_tensor *t, uint64_t g0, uint64_t n, uint8_t *
  * and the statistics read weights with their mask. */
 int tbm_chunk_read(const struct tbm_tensor *t, uint64_t first, uint64_t n, void *weights,
                    uint8_t *mask);
+
+/* t's N:M as "N:M" ("0:0" for dense): the header's when it is valid, else
+ * the index entry's, else "0:0" (an entry that gives none is read as
+ * dense, as the format reads a header's zero M). */
+void tbm_tensor_nm(const struct tbm_tensor *t, char *buf, size_t len);
 
 /* Index of the tensor whose directory name is dir (len bytes), or -1. */
 long tbm_model_find_dir(const struct tbm_model *model, const char *dir, size_t len);

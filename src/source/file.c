@@ -74,6 +74,7 @@ static void id_of(const struct stat *st, struct tbm_source_id *out)
     out->ino = (uint64_t)st->st_ino;
     out->mtime = st->st_mtim;
     out->ctime = st->st_ctim;
+    out->nlink = (uint64_t)st->st_nlink;
 }
 
 static bool unchecked;

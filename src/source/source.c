@@ -4,14 +4,18 @@
 
 #include "tbm/source.h"
 
-/* Not ctime: a source replaced by a rename has its old inode's ctime
- * bumped by the unlink, yet is served as it was (we hold that inode). Every
- * write in place moves mtime. */
+/* Whether a (now) is still b (as recorded). ctime too, which no one can set
+ * back (contract v2: a file rewritten in place with its mtime put back is a
+ * change), except when the file lost a link: a source replaced by a rename
+ * has its old inode's ctime bumped by the unlink, yet is served as it was
+ * (we hold that inode). */
 static bool same_file(const struct tbm_source_id *a, const struct tbm_source_id *b)
 {
+    bool ctime_same = a->ctime.tv_sec == b->ctime.tv_sec && a->ctime.tv_nsec == b->ctime.tv_nsec;
+
     return a->size == b->size && a->dev == b->dev && a->ino == b->ino &&
            a->mtime.tv_sec == b->mtime.tv_sec && a->mtime.tv_nsec == b->mtime.tv_nsec &&
-           strcmp(a->tag, b->tag) == 0;
+           (ctime_same || a->nlink < b->nlink) && strcmp(a->tag, b->tag) == 0;
 }
 
 int tbm_source_verify(struct tbm_source *src)
@@ -42,8 +46,10 @@ bool tbm_source_take_report(struct tbm_source *src, char *buf, size_t len)
         snprintf(buf, len, "another file");
     else if (strcmp(a->tag, b->tag) != 0)
         snprintf(buf, len, "validator %s -> %s", a->tag, b->tag);
-    else
+    else if (a->mtime.tv_sec != b->mtime.tv_sec || a->mtime.tv_nsec != b->mtime.tv_nsec)
         snprintf(buf, len, "mtime");
+    else
+        snprintf(buf, len, "ctime");
     return true;
 }
 

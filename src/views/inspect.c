@@ -241,11 +241,10 @@ int tbm_stats_json_render(const struct tbm_views *v, size_t t, char **out, size_
     if (!x.buf)
         return TBM_ERR_NOMEM;
     stats_text(&x, &d);
-    memset(x.buf + x.len, ' ', size - 1 - x.len);
-    x.buf[size - 1] = '\n';
+    x.buf[x.len++] = '\n';
     *out = x.buf;
-    *len = size;
-    return 0;
+    *len = x.len;
+    return tbm_pad_lines(out, len, size);
 }
 
 /* --- mask.png, weights.png --- */

@@ -17,8 +17,10 @@ struct tbm_gguf;        /* the GGUF views' layout (gguf_layout.c) */
 
 struct tbm_views {
     const struct tbm_model *model;
-    uint32_t batch;           /* self-test batch */
-    uint64_t model_json_size; /* fixed at mount; rendered when first opened */
+    uint32_t batch; /* self-test batch */
+    /* fixed for the mount, counted when first asked; rendered when first
+     * opened */
+    _Atomic uint64_t model_json_size;
     /* per tensor, the size of each row whose size is cached (header.json,
      * selftest) plus one, once known (0: not yet): stat must not render
      * them every time */
@@ -27,8 +29,10 @@ struct tbm_views {
     struct tbm_results *results;
     struct tbm_safetensors *safetensors;
     struct tbm_gguf *gguf;
-    uint64_t tensors_json_size; /* fixed at mount; rendered when first opened */
-    char *config_json;          /* NULL for an architecture config.json does not know */
+    /* fixed for the mount, counted when first asked (0 until then: a
+     * million tensors take a while); rendered when first opened */
+    _Atomic uint64_t tensors_json_size;
+    char *config_json; /* NULL for an architecture config.json does not know */
     size_t config_json_len;
 };
 
@@ -110,9 +114,14 @@ void tbm_copy_range(char *buf, uint64_t off, size_t len, const char *src, size_t
                     size_t *got);
 
 /* Pads a rendered document (ending in a newline) to size bytes with spaces
- * before that newline: JSON and report lines allow them, and a size fixed
- * before the content is known is what stat reported. Frees *doc on failure. */
-int tbm_pad_doc(char **doc, size_t *len, uint64_t size);
+ * at the ends of its lines, as many as each line's last row on a terminal
+ * of TBM_PAD_COLUMNS has room for (an even share of them when that is not
+ * enough): JSON and report lines allow them, a size fixed before the
+ * content is known is what stat reported, and cat shows no blank rows. The
+ * document's newlines must all lie outside strings, as json-c and the
+ * reports write them. Frees *doc on failure. */
+#define TBM_PAD_COLUMNS 80
+int tbm_pad_lines(char **doc, size_t *len, uint64_t size);
 
 /* Root documents that sum up every tensor's statistics (model.json,
  * tensors.json): doc renders one, with the statistics or (at mount, for
@@ -121,8 +130,9 @@ int tbm_pad_doc(char **doc, size_t *len, uint64_t size);
  * every tensor's statistics are computed (in parallel), and padded. */
 typedef int (*tbm_doc_fn)(const struct tbm_views *v, bool with_stats, char **out, size_t *len);
 int tbm_lazy_doc_size(const struct tbm_views *v, tbm_doc_fn doc, uint64_t slack, uint64_t *size);
-int tbm_lazy_doc_render(const struct tbm_views *v, tbm_doc_fn doc, uint64_t size, char **out,
-                        size_t *len);
+/* Renders one with the statistics, padded by tbm_pad_lines. */
+int tbm_lazy_doc_render_lines(const struct tbm_views *v, tbm_doc_fn doc, uint64_t size, char **out,
+                              size_t *len);
 
 /* Serializes obj pretty-printed with a final newline into a malloc'd buffer. */
 int tbm_json_dump(struct json_object *obj, char **out, size_t *len);
@@ -169,6 +179,14 @@ int tbm_npy_read(const struct tbm_views *v, size_t t, char *buf, uint64_t off, s
 int tbm_safetensors_init(struct tbm_views *v);
 void tbm_safetensors_free(struct tbm_views *v);
 int tbm_safetensors_size(const struct tbm_views *v, size_t t, uint64_t *size);
+/* Whether model.safetensors exists: not when its header would be over the
+ * 100,000,000 bytes safetensors loaders accept (its size is then a
+ * failure). */
+bool tbm_safetensors_present(const struct tbm_views *v);
+/* Adds to model.json's arrays why model.safetensors is missing, and which
+ * tensors it leaves out that its own "omitted" alone does not explain. */
+int tbm_safetensors_notes(const struct tbm_views *v, struct json_object *missing,
+                          struct json_object *notes);
 int tbm_safetensors_read(const struct tbm_views *v, size_t t, char *buf, uint64_t off, size_t len,
                          size_t *got);
 int tbm_safetensors_span(const struct tbm_views *v, size_t t, uint64_t off, size_t len,

@@ -78,20 +78,20 @@ static struct json_object *warnings_json(const struct tbm_tensor *t,
 
 static int print_stored(struct json_object *obj, struct printbuf *pb, int level, int flags)
 {
-    const char *text = json_object_get_userdata(obj);
+    const struct tbm_tensor *t = json_object_get_userdata(obj);
     (void)level, (void)flags;
-    return printbuf_memappend(pb, text, (int)strlen(text));
+    return printbuf_memappend(pb, t->entry_json, (int)t->entry_json_len);
 }
 
 /* The index entry was validated and serialized at open; it is written out
  * as it is rather than parsed again for every render. */
-static struct json_object *stored_json(const char *text)
+static struct json_object *stored_json(const struct tbm_tensor *t)
 {
-    if (!text)
+    if (!t->entry_json)
         return NULL;
     struct json_object *obj = json_object_new_object();
     if (obj)
-        json_object_set_serializer(obj, print_stored, (void *)text, NULL);
+        json_object_set_serializer(obj, print_stored, (void *)t, NULL);
     return obj;
 }
 
@@ -116,7 +116,7 @@ static int header_doc(const struct tbm_views *v, size_t t, bool with_stats, char
                            json_object_new_boolean(tensor->mask_usable && tensor->mask.ok));
     json_object_object_add(o, "problems", strlist_json(&tensor->problems));
     json_object_object_add(o, "warnings", warnings_json(tensor, st));
-    json_object_object_add(o, "index", stored_json(tensor->entry_json));
+    json_object_object_add(o, "index", stored_json(tensor));
     int r = tbm_json_dump(o, out, len);
     json_object_put(o);
     return r;
@@ -142,7 +142,7 @@ int tbm_header_json_render(const struct tbm_views *v, size_t t, char **out, size
 
     if (r < 0 || (r = header_doc(v, t, true, out, len)) < 0)
         return r;
-    return tbm_pad_doc(out, len, size);
+    return tbm_pad_lines(out, len, size);
 }
 
 static uint64_t add_sat(uint64_t a, uint64_t b)
@@ -204,10 +204,20 @@ static int model_doc(const struct tbm_views *v, bool with_stats, char **out, siz
     json_object_object_add(o, "warnings", json_object_new_uint64(warnings));
     json_object_object_add(o, "tensors_with_warnings", json_object_new_uint64(warned));
     json_object_object_add(o, "kernels", json_object_new_string(tbm_isa_name(m->isa)));
-    struct json_object *missing = tbm_gguf_missing_json(v);
-    if (missing)
-        json_object_object_add(o, "views_missing", missing);
-    int r = tbm_json_dump(o, out, len);
+    struct json_object *missing = tbm_gguf_missing_json(v), *notes = json_object_new_array();
+    bool llama = missing != NULL;
+    if (!missing)
+        missing = json_object_new_array();
+    int r = tbm_safetensors_notes(v, missing, notes);
+    /* [] for a model of the llama family that has every view */
+    if (r == 0 && (llama || json_object_array_length(missing)))
+        json_object_object_add(o, "views_missing", json_object_get(missing));
+    if (r == 0 && json_object_array_length(notes))
+        json_object_object_add(o, "views_notes", json_object_get(notes));
+    json_object_put(missing);
+    json_object_put(notes);
+    if (r == 0)
+        r = tbm_json_dump(o, out, len);
     json_object_put(o);
     return r;
 }
@@ -219,23 +229,32 @@ static int model_doc(const struct tbm_views *v, bool with_stats, char **out, siz
 
 int tbm_model_json_prepare(struct tbm_views *v)
 {
-    /* its views_missing says why there is no GGUF: the layout first */
-    int r = tbm_gguf_init(v);
-
-    return r < 0 ? r : tbm_lazy_doc_size(v, model_doc, MODEL_SLACK, &v->model_json_size);
+    atomic_store(&v->model_json_size, 0);
+    return 0;
 }
 
+/* Counted when first asked rather than at mount (it says why
+ * model.safetensors leaves tensors out, which needs that file's layout);
+ * threads that ask at once count the same bytes. */
 int tbm_model_json_size(const struct tbm_views *v, size_t t, uint64_t *size)
 {
+    struct tbm_views *mv = (struct tbm_views *)v;
+
     (void)t;
-    *size = v->model_json_size;
-    return 0;
+    if ((*size = atomic_load(&mv->model_json_size)))
+        return 0;
+    int r = tbm_lazy_doc_size(v, model_doc, MODEL_SLACK, size);
+    if (r == 0)
+        atomic_store(&mv->model_json_size, *size);
+    return r;
 }
 
 int tbm_model_json_render(const struct tbm_views *v, size_t t, char **out, size_t *len)
 {
-    (void)t;
-    return tbm_lazy_doc_render(v, model_doc, v->model_json_size, out, len);
+    uint64_t size;
+    int r = tbm_model_json_size(v, t, &size);
+
+    return r < 0 ? r : tbm_lazy_doc_render_lines(v, model_doc, size, out, len);
 }
 
 int tbm_index_json_size(const struct tbm_views *v, size_t t, uint64_t *size)

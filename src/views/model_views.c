@@ -4,7 +4,9 @@
  * for the architectures it knows, rendered at mount). */
 #include "internal.h"
 
+#include <assert.h>
 #include <json-c/json.h>
+#include <json-c/printbuf.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,12 +22,12 @@ static struct json_object *tensor_json(const struct tbm_tensor *t,
 
     if (!o)
         return NULL;
-    snprintf(nm, sizeof(nm), "%u:%u", t->hdr.nm_n, t->hdr.nm_m);
+    tbm_tensor_nm(t, nm, sizeof(nm));
     json_object_object_add(o, "name", json_object_new_string_len(t->name, (int)t->name_len));
     json_object_object_add(o, "dir", json_object_new_string(t->dir));
     json_object_object_add(o, "shape", tbm_shape_json(t));
     json_object_object_add(o, "dtype", dtype ? json_object_new_string(dtype) : NULL);
-    json_object_object_add(o, "nm", hdr ? json_object_new_string(nm) : NULL);
+    json_object_object_add(o, "nm", json_object_new_string(nm));
     json_object_object_add(o, "num_weights",
                            hdr ? json_object_new_uint64(t->hdr.num_weights) : NULL);
     /* header.json's density: kept over num_weights, once statistics are known */
@@ -39,23 +41,72 @@ static struct json_object *tensor_json(const struct tbm_tensor *t,
     return o;
 }
 
-static int tensors_doc(const struct tbm_views *v, bool with_stats, char **out, size_t *len)
+/* Appends n bytes of s to pb, each line indented by two spaces (an element
+ * of the top array), or only counts them when pb is NULL. */
+static int add_indented(struct printbuf *pb, const char *s, size_t *total)
 {
-    struct json_object *arr = json_object_new_array_ext((int)v->model->ntensors);
+    for (const char *p = s; *p;) {
+        const char *nl = strchr(p, '\n');
+        size_t n = nl ? (size_t)(nl - p) + 1 : strlen(p);
+        *total += n + (nl && nl[1] ? 2 : 0);
+        if (pb && printbuf_memappend(pb, p, (int)n) < 0)
+            return TBM_ERR_NOMEM;
+        if (pb && nl && nl[1] && printbuf_memappend(pb, "  ", 2) < 0)
+            return TBM_ERR_NOMEM;
+        p += n;
+    }
+    return 0;
+}
 
-    if (!arr)
+/* tensors.json one tensor at a time: no tree of a million objects. pb NULL
+ * only counts the bytes. */
+static int tensors_text(const struct tbm_views *v, bool with_stats, struct printbuf *pb,
+                        size_t *total)
+{
+    const int flags =
+        JSON_C_TO_STRING_PRETTY | JSON_C_TO_STRING_SPACED | JSON_C_TO_STRING_NOSLASHESCAPE;
+    size_t n = v->model->ntensors;
+    int r = 0;
+
+    *total = n ? 4 : 3; /* "[\n" ... "]\n", or "[]\n" */
+    if (pb && printbuf_memappend(pb, n ? "[\n" : "[", n ? 2 : 1) < 0)
         return TBM_ERR_NOMEM;
-    for (size_t t = 0; t < v->model->ntensors; t++) {
+    for (size_t t = 0; t < n && r == 0; t++) {
         const struct tbm_tensor_stats *st = with_stats ? tbm_tensor_stats(v->model, t) : NULL;
         struct json_object *o = with_stats && !st ? NULL : tensor_json(&v->model->tensors[t], st);
-        if (!o || json_object_array_add(arr, o) < 0) {
-            json_object_put(o);
-            json_object_put(arr);
-            return TBM_ERR_NOMEM;
-        }
+        const char *text = o ? json_object_to_json_string_ext(o, flags) : NULL;
+        r = text ? 0 : TBM_ERR_NOMEM;
+        if (r == 0 && pb)
+            r = printbuf_memappend(pb, "  ", 2) < 0 ? TBM_ERR_NOMEM : 0;
+        *total += 2 + (t + 1 < n ? 2 : 1);
+        if (r == 0)
+            r = add_indented(pb, text, total);
+        if (r == 0 && pb)
+            r = printbuf_memappend(pb, t + 1 < n ? ",\n" : "\n", t + 1 < n ? 2 : 1) < 0
+                    ? TBM_ERR_NOMEM
+                    : 0;
+        json_object_put(o);
     }
-    int r = tbm_json_dump(arr, out, len);
-    json_object_put(arr);
+    if (r == 0 && pb)
+        r = printbuf_memappend(pb, "]\n", 2) < 0 ? TBM_ERR_NOMEM : 0;
+    return r;
+}
+
+static int tensors_doc(const struct tbm_views *v, bool with_stats, char **out, size_t *len)
+{
+    struct printbuf *pb = printbuf_new();
+    size_t total;
+    int r = pb ? tensors_text(v, with_stats, pb, &total) : TBM_ERR_NOMEM;
+
+    if (r == 0 && !(*out = malloc(total)))
+        r = TBM_ERR_NOMEM;
+    if (r == 0) {
+        assert((size_t)printbuf_length(pb) == total);
+        memcpy(*out, pb->buf, total);
+        *len = total;
+    }
+    if (pb)
+        printbuf_free(pb);
     return r;
 }
 
@@ -65,21 +116,35 @@ static int tensors_doc(const struct tbm_views *v, bool with_stats, char **out, s
 
 int tbm_tensors_json_prepare(struct tbm_views *v)
 {
-    return tbm_lazy_doc_size(v, tensors_doc, TENSOR_SLACK * (uint64_t)v->model->ntensors + 64,
-                             &v->tensors_json_size);
+    atomic_store(&v->tensors_json_size, 0);
+    return 0;
 }
 
+/* Counted when first asked rather than at mount; threads that ask at once
+ * count the same bytes. */
 int tbm_tensors_json_size(const struct tbm_views *v, size_t t, uint64_t *size)
 {
+    struct tbm_views *mv = (struct tbm_views *)v;
+    size_t total;
+
     (void)t;
-    *size = v->tensors_json_size;
+    if ((*size = atomic_load(&mv->tensors_json_size)))
+        return 0;
+    int r = tensors_text(v, false, NULL, &total);
+    if (r < 0)
+        return r;
+    *size = total + TENSOR_SLACK * (uint64_t)v->model->ntensors + 64;
+    atomic_store(&mv->tensors_json_size, *size);
     return 0;
 }
 
 int tbm_tensors_json_render(const struct tbm_views *v, size_t t, char **out, size_t *len)
 {
     (void)t;
-    return tbm_lazy_doc_render(v, tensors_doc, v->tensors_json_size, out, len);
+    uint64_t size;
+    int r = tbm_tensors_json_size(v, 0, &size);
+
+    return r < 0 ? r : tbm_lazy_doc_render_lines(v, tensors_doc, size, out, len);
 }
 
 /* The Hugging Face class of an architecture config.json knows, or NULL. */
@@ -95,7 +160,9 @@ static const char *hf_class(const char *architecture)
 }
 
 /* torch's name of the precision holding most weights (by count) among the
- * tensors whose header is sound; NULL for a model without weights. */
+ * tensors whose header is sound. A model with none (every tensor quantized,
+ * or broken) has no stored precision to name: "float32", what transformers
+ * loads in when torch_dtype says nothing and what the dense views give. */
 static const char *torch_dtype(const struct tbm_model *m)
 {
     static const char *const names[] = {"float32", "float16", "bfloat16", "float64"};
@@ -112,7 +179,7 @@ static const char *torch_dtype(const struct tbm_model *m)
     for (int p = 0; p < 4; p++)
         if (count[p] && (best < 0 || count[p] > count[best]))
             best = p;
-    return best < 0 ? NULL : names[best];
+    return best < 0 ? "float32" : names[best];
 }
 
 /* config.json is a few hundred bytes that never change: rendered once. */
@@ -144,8 +211,7 @@ static int config_json_render(const struct tbm_views *v, char **out, size_t *len
     for (size_t k = 0; k < sizeof(keys) / sizeof(keys[0]); k++)
         if (m->config && json_object_object_get_ex(m->config, keys[k][1], &val))
             json_object_object_add(o, keys[k][0], json_object_get(val));
-    if (dtype)
-        json_object_object_add(o, "torch_dtype", json_object_new_string(dtype));
+    json_object_object_add(o, "torch_dtype", json_object_new_string(dtype));
     int r = tbm_json_dump(o, out, len);
     json_object_put(o);
     return r;

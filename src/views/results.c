@@ -35,13 +35,25 @@ struct tbm_results {
     struct entry *buckets[BUCKETS];
     struct entry *oldest, *newest; /* evictable results, least recently opened first */
     size_t evictable_bytes;
+    size_t budget;
 };
 
 /* Results that can be rendered again with the same bytes (statistics and
  * pictures, not the self-tests, whose timings would differ) are kept up to
- * this many bytes; past it the least recently opened go, and are rendered
- * again when next opened. 100,000 tensors' stats.json fit several times. */
+ * this many bytes; past it the least recently opened that no open holds
+ * go, and are rendered again when next opened. 100,000 tensors' stats.json
+ * fit several times. TBMFS_RESULTS_BUDGET (bytes) sets another, for tests
+ * that fill it with a small model. */
 #define EVICTABLE_BUDGET (256u << 20)
+
+static size_t budget(void)
+{
+    const char *env = getenv("TBMFS_RESULTS_BUDGET");
+    char *end;
+    unsigned long long n = env ? strtoull(env, &end, 10) : 0;
+
+    return env && *env && !*end && n > 0 && n <= SIZE_MAX ? (size_t)n : EVICTABLE_BUDGET;
+}
 
 struct tbm_result *tbm_result_new(const char *data, size_t len)
 {
@@ -78,6 +90,7 @@ int tbm_results_init(struct tbm_views *v)
     v->results = calloc(1, sizeof(*v->results));
     if (!v->results)
         return TBM_ERR_NOMEM;
+    v->results->budget = budget();
     pthread_mutex_init(&v->results->lock, NULL);
     pthread_cond_init(&v->results->done, NULL);
     return 0;
@@ -139,16 +152,25 @@ static void push_lru(struct tbm_results *c, struct entry *e)
 }
 
 /* Drops the cache's hold on the least recently opened results until the
- * evictable ones fit the budget; an open that still reads one keeps it. */
+ * evictable ones fit the budget. A result an open still reads is never
+ * dropped: dropping it would free nothing, and the next open would render
+ * a second copy beside it (contract v2: one copy of each result, whatever
+ * the number of open descriptors). It stays cached, counted against the
+ * budget, so that the unheld results go first; the newest is kept. */
 static void evict(struct tbm_results *c)
 {
-    while (c->evictable_bytes > EVICTABLE_BUDGET && c->oldest && c->oldest != c->newest) {
-        struct entry *e = c->oldest;
-        unlink_lru(c, e);
-        *find(c, e->row, e->t) = e->next;
-        c->evictable_bytes -= e->result->len;
-        tbm_result_put(e->result);
-        free(e);
+    struct entry *e = c->oldest;
+
+    while (c->evictable_bytes > c->budget && e && e != c->newest) {
+        struct entry *next = e->newer;
+        if (atomic_load(&e->result->refs) == 1) {
+            unlink_lru(c, e);
+            *find(c, e->row, e->t) = e->next;
+            c->evictable_bytes -= e->result->len;
+            tbm_result_put(e->result);
+            free(e);
+        }
+        e = next;
     }
 }
 

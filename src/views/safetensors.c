@@ -8,7 +8,9 @@
 
 #include <json-c/json.h>
 #include <json-c/printbuf.h>
+#include <pthread.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -30,6 +32,9 @@ struct tbm_safetensors {
     struct piece *pieces; /* non-empty tensors, by start */
     size_t npieces;
     uint64_t size;
+    bool too_big;              /* no model.safetensors: its header is over HEADER_MAX */
+    unsigned long long header; /* that header's length, when too big */
+    bool metadata_named;       /* a sound tensor named __metadata__ was left out */
     /* Per GRANULE of the file, set once a read that saw all its bytes found
      * that masking left them as stored (as the tools write them, pruned
      * weights zeroed), so that later reads splice them from the source.
@@ -44,6 +49,19 @@ static const char *st_dtype(unsigned precision)
 {
     static const char *const names[] = {"F32", "F16", "BF16", "F64"};
     return names[precision];
+}
+
+/* safetensors loaders refuse a header longer than this (the format's
+ * reference implementation, MAX_HEADER_SIZE). */
+#define HEADER_MAX 100000000ull
+
+/* The key safetensors keeps for its metadata: no tensor can have it. */
+#define METADATA_KEY "__metadata__"
+
+static bool metadata_named(const struct tbm_tensor *t)
+{
+    return t->name_len == sizeof(METADATA_KEY) - 1 &&
+           memcmp(t->name, METADATA_KEY, t->name_len) == 0;
 }
 
 /* Sound tensors are safe to serve whole in their stored precision. */
@@ -75,7 +93,7 @@ static int cmp_name(const void *a, const void *b, void *arg)
 
 /* Marks in keep the tensors that appear: sound, and the first sound one of
  * their name. Sorting the names keeps this O(n log n) for 100,000 tensors. */
-static int choose(const struct tbm_views *v, bool *keep)
+static int choose(const struct tbm_views *v, struct tbm_safetensors *st, bool *keep)
 {
     const struct tbm_model *m = v->model;
     size_t *order = malloc((m->ntensors ? m->ntensors : 1) * sizeof(*order));
@@ -83,9 +101,14 @@ static int choose(const struct tbm_views *v, bool *keep)
 
     if (!order)
         return TBM_ERR_NOMEM;
-    for (size_t t = 0; t < m->ntensors; t++)
-        if (sound(v, t))
+    for (size_t t = 0; t < m->ntensors; t++) {
+        if (!sound(v, t))
+            continue;
+        if (metadata_named(&m->tensors[t]))
+            st->metadata_named = true;
+        else
             order[n++] = t;
+    }
     qsort_r(order, n, sizeof(*order), cmp_name, (void *)m->tensors);
     for (size_t k = 0; k < n; k++)
         keep[order[k]] = k == 0 || !same_name(&m->tensors[order[k - 1]], &m->tensors[order[k]]);
@@ -187,8 +210,15 @@ static int build(const struct tbm_views *v, struct tbm_safetensors *st, const bo
         data += len;
     }
     printbuf_memappend(pb, "}", 1);
-    r = TBM_ERR_NOMEM;
     size_t json = (size_t)printbuf_length(pb), padded = (json + 7) / 8 * 8;
+    if (padded > HEADER_MAX) {
+        st->too_big = true;
+        st->header = padded;
+        st->npieces = 0;
+        r = 0;
+        goto cleanup;
+    }
+    r = TBM_ERR_NOMEM;
     if (!(st->head = malloc(8 + padded)))
         goto cleanup;
     for (int k = 0; k < 8; k++)
@@ -205,7 +235,7 @@ cleanup:
     return r;
 }
 
-int tbm_safetensors_init(struct tbm_views *v)
+static int layout_build(const struct tbm_views *v, struct tbm_safetensors **out)
 {
     size_t n = v->model->ntensors ? v->model->ntensors : 1;
     struct tbm_safetensors *st = calloc(1, sizeof(*st));
@@ -214,13 +244,13 @@ int tbm_safetensors_init(struct tbm_views *v)
 
     if (!st || !keep || !(st->pieces = malloc(n * sizeof(*st->pieces))))
         goto cleanup;
-    if ((r = choose(v, keep)) < 0 || (r = build(v, st, keep)) < 0)
+    if ((r = choose(v, st, keep)) < 0 || (r = build(v, st, keep)) < 0)
         goto cleanup;
     r = TBM_ERR_NOMEM;
     if (!(st->clean = calloc(st->size / GRANULE + 1, sizeof(*st->clean))))
         goto cleanup;
     r = 0;
-    v->safetensors = st;
+    *out = st;
     st = NULL;
 cleanup:
     free(keep);
@@ -231,6 +261,34 @@ cleanup:
         free(st);
     }
     return r;
+}
+
+/* One build of the layout whatever the number of threads asking at once. */
+static pthread_mutex_t layout_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* The layout, built when first needed (its size, a read, model.json's
+ * notes): a mount does not wait for the header of a million tensors. NULL
+ * when out of memory. */
+static const struct tbm_safetensors *layout(const struct tbm_views *v)
+{
+    struct tbm_views *mv = (struct tbm_views *)v;
+    struct tbm_safetensors *st = __atomic_load_n(&mv->safetensors, __ATOMIC_ACQUIRE);
+
+    if (st)
+        return st;
+    pthread_mutex_lock(&layout_lock);
+    st = __atomic_load_n(&mv->safetensors, __ATOMIC_ACQUIRE);
+    if (!st && layout_build(v, &st) == 0)
+        __atomic_store_n(&mv->safetensors, st, __ATOMIC_RELEASE);
+    pthread_mutex_unlock(&layout_lock);
+    return st;
+}
+
+int tbm_safetensors_init(struct tbm_views *v)
+{
+    /* built by layout() when first needed */
+    v->safetensors = NULL;
+    return 0;
 }
 
 void tbm_safetensors_free(struct tbm_views *v)
@@ -247,8 +305,44 @@ void tbm_safetensors_free(struct tbm_views *v)
 
 int tbm_safetensors_size(const struct tbm_views *v, size_t t, uint64_t *size)
 {
+    const struct tbm_safetensors *st = layout(v);
+
     (void)t;
-    *size = v->safetensors->size;
+    if (!st)
+        return TBM_ERR_NOMEM;
+    *size = st->size;
+    return st->too_big ? TBM_ERR_PROBLEM : 0;
+}
+
+bool tbm_safetensors_present(const struct tbm_views *v)
+{
+    const struct tbm_safetensors *st = layout(v);
+
+    return !st || !st->too_big;
+}
+
+int tbm_safetensors_notes(const struct tbm_views *v, struct json_object *missing,
+                          struct json_object *notes)
+{
+    const struct tbm_safetensors *st = layout(v);
+    char line[256];
+
+    if (!st)
+        return TBM_ERR_NOMEM;
+    if (st->too_big) {
+        snprintf(line, sizeof(line),
+                 "no model.safetensors: its header would be %llu bytes, over the %llu that "
+                 "safetensors loaders accept",
+                 st->header, HEADER_MAX);
+        if (json_object_array_add(missing, json_object_new_string(line)) < 0)
+            return TBM_ERR_NOMEM;
+    }
+    if (st->metadata_named &&
+        json_object_array_add(
+            notes, json_object_new_string("model.safetensors: tensor " METADATA_KEY
+                                          " left out (safetensors keeps that key for the "
+                                          "file's metadata); listed in its \"omitted\"")) < 0)
+        return TBM_ERR_NOMEM;
     return 0;
 }
 
@@ -416,11 +510,13 @@ static int tensor_bytes(enum tbm_isa isa, const struct tbm_tensor *t, char *buf,
 int tbm_safetensors_read(const struct tbm_views *v, size_t t, char *buf, uint64_t off, size_t len,
                          size_t *got)
 {
-    const struct tbm_safetensors *st = v->safetensors;
+    const struct tbm_safetensors *st = layout(v);
     size_t done = 0;
 
     (void)t;
     *got = 0;
+    if (!st)
+        return TBM_ERR_NOMEM;
     if (off >= st->size)
         return 0;
     if (len > st->size - off)
@@ -459,10 +555,12 @@ static bool found_clean(const struct tbm_safetensors *st, uint64_t off, size_t l
 int tbm_safetensors_span(const struct tbm_views *v, size_t t, uint64_t off, size_t len,
                          struct tbm_span *out)
 {
-    const struct tbm_safetensors *st = v->safetensors;
+    const struct tbm_safetensors *st = layout(v);
 
     (void)t;
     *out = (struct tbm_span){0};
+    if (!st)
+        return TBM_ERR_NOMEM;
     if (off >= st->size)
         return 1;
     if (len > st->size - off)

@@ -205,9 +205,12 @@ out:
     return r;
 }
 
-/* Fills res for tensor t, testing at most budget elements' worth of rows. */
-static int selftest_tensor(const struct tbm_views *v, const struct tbm_tensor *t, uint64_t budget,
-                           struct result *res)
+/* Fills res for tensor t as far as it is known without running the
+ * products (at mount, too): the result of a tensor that is not tested, or
+ * the dimensions to test, at most budget elements' worth of rows. Whether
+ * the products are to run. */
+static bool selftest_plan(const struct tbm_views *v, const struct tbm_tensor *t, uint64_t budget,
+                          struct result *res)
 {
     memset(res, 0, sizeof(*res));
     res->batch = v->batch;
@@ -218,7 +221,7 @@ static int selftest_tensor(const struct tbm_views *v, const struct tbm_tensor *t
         size_t cut = tbm_utf8_cut(line, n < 0 ? 0 : (size_t)n, sizeof(res->error) - 1);
         memcpy(res->error, line, cut);
         res->error[cut] = '\0';
-        return 0;
+        return false;
     }
     tbm_matrix_dims(t, &res->rows, &res->cols);
     if (res->batch > TBM_BATCH_DEFAULT)
@@ -226,12 +229,12 @@ static int selftest_tensor(const struct tbm_views *v, const struct tbm_tensor *t
     if (t->hdr.nm_m == 0) {
         res->skipped = true;
         snprintf(res->error, sizeof(res->error), "dense tensor (nm_m = 0): no N:M structure");
-        return 0;
+        return false;
     }
     if (res->cols == 0) {
         res->skipped = true;
         snprintf(res->error, sizeof(res->error), "tensor has no elements");
-        return 0;
+        return false;
     }
     /* Whole rows up to the budget; a single row longer than the budget is
      * tested on its first budget elements. Both start at element 0, so the
@@ -251,24 +254,32 @@ static int selftest_tensor(const struct tbm_views *v, const struct tbm_tensor *t
     }
     if (res->rows_tested > vmax)
         res->rows_tested = vmax;
+    return true;
+}
+
+/* The texts of a failure found while the products run. */
+#define ERR_CHANGED "the source changed since the mount: remount to test the new model"
+#define ERR_IO      "the source could not be read (it shrank?)"
+#define ERR_NOMEM   "out of memory for the products"
+
+/* Fills res for tensor t, testing at most budget elements' worth of rows. */
+static int selftest_tensor(const struct tbm_views *v, const struct tbm_tensor *t, uint64_t budget,
+                           struct result *res)
+{
+    if (!selftest_plan(v, t, budget, res))
+        return 0;
     pthread_mutex_lock(&v->selftests->lock);
     int r = run_products(v, t, res);
     pthread_mutex_unlock(&v->selftests->lock);
     /* One tensor's failure is its own line in a report, never the report's. */
     if (r == TBM_ERR_CHANGED)
-        snprintf(res->error, sizeof(res->error),
-                 "the source changed since the mount: remount to test the new model");
+        snprintf(res->error, sizeof(res->error), ERR_CHANGED);
     else if (r == TBM_ERR_IO)
-        snprintf(res->error, sizeof(res->error), "the source could not be read (it shrank?)");
+        snprintf(res->error, sizeof(res->error), ERR_IO);
     else if (r < 0)
-        snprintf(res->error, sizeof(res->error), "out of memory for the products");
+        snprintf(res->error, sizeof(res->error), ERR_NOMEM);
     res->pass = res->pass && r == 0;
     return 0;
-}
-
-static void nm_string(const struct tbm_tensor *t, char *buf, size_t len)
-{
-    snprintf(buf, len, "%u:%u", t->hdr.nm_n, t->hdr.nm_m);
 }
 
 /* JSON has no infinity or NaN (json-c would write them as bare words that
@@ -278,11 +289,11 @@ static struct json_object *finite_json(double v)
     return isfinite(v) ? json_object_new_double(v) : NULL;
 }
 
-/* What a real result can add to the JSON of a zeroed one: five counts of up
- * to 20 digits, six doubles of up to 24 characters for 0 or null, two
- * longer words, and an error of up to 255 bytes that JSON escaping may
- * double, with its key. */
-#define SELFTEST_SLACK 1024
+/* What running the products can add to the JSON of the planned result
+ * (its dimensions known): five doubles of up to 24 characters for 0 or
+ * null, and an error found while they run (one of the ERR_ texts), with its
+ * key. */
+#define SELFTEST_SLACK 256
 
 static int selftest_doc(const struct tbm_views *v, const struct tbm_tensor *t,
                         const struct result *rp, char **out, size_t *len)
@@ -291,7 +302,7 @@ static int selftest_doc(const struct tbm_views *v, const struct tbm_tensor *t,
     char nm[32];
     int r;
 
-    nm_string(t, nm, sizeof(nm));
+    tbm_tensor_nm(t, nm, sizeof(nm));
     struct json_object *o = json_object_new_object();
     if (!o)
         return TBM_ERR_NOMEM;
@@ -320,18 +331,20 @@ static int selftest_doc(const struct tbm_views *v, const struct tbm_tensor *t,
 }
 
 /* A tensor's selftest has its size before it runs (tar and rsync trust
- * stat): the JSON of a zeroed result and room for the figures. */
+ * stat): the JSON of its result as planned, and room for the figures when
+ * the products are to run. */
 int tbm_selftest_size(const struct tbm_views *v, size_t i, uint64_t *size)
 {
-    struct result zero = {0};
+    struct result plan;
+    bool runs = selftest_plan(v, &v->model->tensors[i], TENSOR_BUDGET, &plan);
     char *doc;
     size_t len;
-    int r = selftest_doc(v, &v->model->tensors[i], &zero, &doc, &len);
+    int r = selftest_doc(v, &v->model->tensors[i], &plan, &doc, &len);
 
     if (r < 0)
         return r;
     free(doc);
-    *size = len + SELFTEST_SLACK;
+    *size = len + (runs ? SELFTEST_SLACK : 0);
     return 0;
 }
 
@@ -345,7 +358,7 @@ int tbm_selftest_render(const struct tbm_views *v, size_t i, char **out, size_t 
     if (r < 0 || (r = tbm_selftest_size(v, i, &size)) < 0 ||
         (r = selftest_doc(v, t, &res, out, len)) < 0)
         return r;
-    return tbm_pad_doc(out, len, size);
+    return tbm_pad_lines(out, len, size);
 }
 
 struct report {
@@ -387,31 +400,49 @@ static int report_addf(struct report *rep, const char *fmt, ...)
     "%.2fx"
 #define SUMMARY_FMT "selftest: %zu passed, %zu failed, %zu skipped"
 
-/* The longest line a tensor's result can make, without its newline: the
- * widest figures of a pass line, or the longest error (res.error holds at
- * most 255 bytes). Speedups print clamped below 1e9. */
-static size_t line_width(const struct tbm_tensor *t)
-{
-    char line[512];
-    const unsigned long long big = UINT64_MAX;
-    int pass = snprintf(line, sizeof(line), PASS_FMT, "FAIL", "", "4294967295:4294967295", big, big,
-                        big, big, 4294967295u, -1.23e-300, -1.23e-300, 999999999.99);
-    size_t error = 5 + 2 + sizeof(((struct result *)0)->error) - 1;
+/* Speedups print clamped, so that their width is bounded. */
+#define SPEEDUP_MAX 99999.99
 
-    return strlen(t->dir) + ((size_t)pass > error ? (size_t)pass : error);
+static size_t max_size(size_t a, size_t b)
+{
+    return a > b ? a : b;
 }
 
-static size_t summary_width(void)
+/* The longest line a tensor's result can make, without its newline, known
+ * at mount: a tensor that is not tested has its line already; one that is
+ * has the dimensions of its pass line, and figures at most as wide as the
+ * widest (%.3g of a non-negative double is at most 9 characters), or a
+ * failure found while it runs. */
+static size_t line_width(const struct tbm_views *v, const struct tbm_tensor *t)
 {
-    return (size_t)snprintf(NULL, 0, SUMMARY_FMT, (size_t)SIZE_MAX, (size_t)SIZE_MAX,
-                            (size_t)SIZE_MAX);
+    struct result res;
+    char nm[32];
+
+    if (!selftest_plan(v, t, REPORT_BUDGET, &res))
+        return (size_t)snprintf(NULL, 0, "skip %s: %s", t->dir, res.error);
+    tbm_tensor_nm(t, nm, sizeof(nm));
+    int pass =
+        snprintf(NULL, 0, PASS_FMT, "pass", t->dir, nm, (unsigned long long)res.rows,
+                 (unsigned long long)res.cols, (unsigned long long)res.rows_tested,
+                 (unsigned long long)res.cols_tested, res.batch, 1.23e-300, 1.23e-300, SPEEDUP_MAX);
+    size_t error = max_size(max_size(strlen(ERR_CHANGED), strlen(ERR_IO)), strlen(ERR_NOMEM));
+
+    return max_size(pass < 0 ? 0 : (size_t)pass, strlen("FAIL : ") + strlen(t->dir) + error);
 }
 
-/* Appends a line padded with spaces to width, then its newline. */
-static int report_padded(struct report *rep, size_t width, const char *fmt, ...)
+/* The summary's counts are at most the tensor count. */
+static size_t summary_width(const struct tbm_views *v)
+{
+    size_t n = v->model->ntensors;
+    return (size_t)snprintf(NULL, 0, SUMMARY_FMT, n, n, n);
+}
+
+/* Appends a line of at most width bytes (the bound the size at mount
+ * counted), then its newline; the report is padded as a whole. */
+static int report_bounded(struct report *rep, size_t width, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
-static int report_padded(struct report *rep, size_t width, const char *fmt, ...)
+static int report_bounded(struct report *rep, size_t width, const char *fmt, ...)
 {
     va_list ap;
     char *line;
@@ -421,45 +452,44 @@ static int report_padded(struct report *rep, size_t width, const char *fmt, ...)
     va_end(ap);
     if (n < 0)
         return TBM_ERR_NOMEM;
-    int r = (size_t)n > width ? TBM_ERR_NOMEM
-                              : report_addf(rep, "%s%*s\n", line, (int)(width - (size_t)n), "");
+    int r = (size_t)n > width ? TBM_ERR_NOMEM : report_addf(rep, "%s\n", line);
     free(line);
     return r;
 }
 
-static int report_line(struct report *rep, const struct tbm_tensor *t, const struct result *res,
-                       size_t counts[3])
+static int report_line(const struct tbm_views *v, struct report *rep, const struct tbm_tensor *t,
+                       const struct result *res, size_t counts[3])
 {
-    size_t w = line_width(t);
+    size_t w = line_width(v, t);
     char nm[32];
     double speedup = res->dense_seconds / res->sparse_seconds;
 
-    nm_string(t, nm, sizeof(nm));
+    tbm_tensor_nm(t, nm, sizeof(nm));
     if (res->skipped) {
         counts[2]++;
-        return report_padded(rep, w, "skip %s: %s", t->dir, res->error);
+        return report_bounded(rep, w, "skip %s: %s", t->dir, res->error);
     }
     if (res->error[0]) {
         counts[1]++;
-        return report_padded(rep, w, "FAIL %s: %s", t->dir, res->error);
+        return report_bounded(rep, w, "FAIL %s: %s", t->dir, res->error);
     }
     counts[res->pass ? 0 : 1]++;
-    return report_padded(rep, w, PASS_FMT, res->pass ? "pass" : "FAIL", t->dir, nm,
-                         (unsigned long long)res->rows, (unsigned long long)res->cols,
-                         (unsigned long long)res->rows_tested, (unsigned long long)res->cols_tested,
-                         res->batch, res->max_abs_err, res->tolerance,
-                         speedup < 999999999.99 ? speedup : 999999999.99);
+    return report_bounded(rep, w, PASS_FMT, res->pass ? "pass" : "FAIL", t->dir, nm,
+                          (unsigned long long)res->rows, (unsigned long long)res->cols,
+                          (unsigned long long)res->rows_tested,
+                          (unsigned long long)res->cols_tested, res->batch, res->max_abs_err,
+                          res->tolerance, speedup < SPEEDUP_MAX ? speedup : SPEEDUP_MAX);
 }
 
 /* The root report's size, fixed at mount: each tensor's line at its widest,
  * and the summary. */
 int tbm_selftest_report_size(const struct tbm_views *v, size_t unused, uint64_t *size)
 {
-    uint64_t total = summary_width() + 1;
+    uint64_t total = summary_width(v) + 1;
 
     (void)unused;
     for (size_t i = 0; i < v->model->ntensors; i++)
-        total += line_width(&v->model->tensors[i]) + 1;
+        total += line_width(v, &v->model->tensors[i]) + 1;
     *size = total;
     return 0;
 }
@@ -477,15 +507,18 @@ int tbm_selftest_report_render(const struct tbm_views *v, size_t unused, char **
         if (atomic_load(&v->selftests->stopping))
             r = TBM_ERR_STOPPED;
         else if ((r = selftest_tensor(v, t, REPORT_BUDGET, &res)) == 0)
-            r = report_line(&rep, t, &res, counts);
+            r = report_line(v, &rep, t, &res, counts);
     }
     if (r == 0)
-        r = report_padded(&rep, summary_width(), SUMMARY_FMT, counts[0], counts[1], counts[2]);
+        r = report_bounded(&rep, summary_width(v), SUMMARY_FMT, counts[0], counts[1], counts[2]);
+    uint64_t size;
+    if (r == 0)
+        r = tbm_selftest_report_size(v, 0, &size);
     if (r < 0) {
         free(rep.buf);
         return r;
     }
     *out = rep.buf;
     *len = rep.len;
-    return 0;
+    return tbm_pad_lines(out, len, size);
 }

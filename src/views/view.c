@@ -54,6 +54,7 @@ static const struct tbm_view table[] = {
         .size = tbm_safetensors_size,
         .read = tbm_safetensors_read,
         .span = tbm_safetensors_span,
+        .present = tbm_safetensors_present,
         .prepare = tbm_safetensors_init,
         .free = tbm_safetensors_free,
     },
@@ -676,34 +677,6 @@ int tbm_lazy_doc_size(const struct tbm_views *v, tbm_doc_fn doc, uint64_t slack,
         return r;
     free(text);
     *size = len + slack;
-    return 0;
-}
-
-int tbm_lazy_doc_render(const struct tbm_views *v, tbm_doc_fn doc, uint64_t size, char **out,
-                        size_t *len)
-{
-    int r;
-
-    if ((r = tbm_model_compute_stats(v->model)) < 0 || (r = doc(v, true, out, len)) < 0)
-        return r;
-    return tbm_pad_doc(out, len, size);
-}
-
-int tbm_pad_doc(char **doc, size_t *len, uint64_t size)
-{
-    if (*len > size) {
-        free(*doc);
-        return TBM_ERR_NOMEM; /* a bound of ours was wrong: never served cut */
-    }
-    char *p = realloc(*doc, size);
-    if (!p) {
-        free(*doc);
-        return TBM_ERR_NOMEM;
-    }
-    memset(p + *len - 1, ' ', size - *len);
-    p[size - 1] = '\n';
-    *doc = p;
-    *len = size;
     return 0;
 }
 

@@ -69,7 +69,11 @@ static char *value(const struct tbm_views *v, size_t i, int k, size_t *len)
         n = asprintf(&s, "%s", tbm_precision_name(t->hdr.precision));
         break;
     case ATTR_NM:
-        n = asprintf(&s, "%u:%u", t->hdr.nm_n, t->hdr.nm_m);
+        s = malloc(32);
+        if (s) {
+            tbm_tensor_nm(t, s, 32);
+            n = (int)strlen(s);
+        }
         break;
     default:
         kept = tbm_tensor_stats(v->model, i)->counts.kept;

@@ -46,10 +46,10 @@
 #define HEAD_READ            4100 /* first read: past a blob header, 1025 floats */
 #define PROBE                64
 #define WHOLE_MAX            (64u * 1024u) /* JSON views read whole up to this */
-#define HEAD_ELEMENTS        16384         /* dense elements checked from the start */
+#define HEAD_ELEMENTS        4096          /* dense elements checked from the start */
 #define DENSE_STEP           65536         /* dense.c's elements per expansion step */
-#define STATS_MAX_WEIGHTS    (1u << 20)    /* larger tensors skip the count check */
-#define GROW_SIZE            (2u << 20)    /* a grown bare .tb, see MODE_GROW */
+#define STATS_MAX_WEIGHTS    (1u << 14)    /* larger tensors skip the count check */
+#define GROW_SIZE            (640u << 10)  /* a grown bare .tb, see MODE_GROW */
 
 /* Path buffers, each long enough for what is built in it from the one before. */
 #define DIR_LEN  224

@@ -425,6 +425,62 @@ static void test_overlapping_blobs(void **state)
     tbm_model_close(m);
 }
 
+/* Writes len bytes of buf, then index and its length, as a container. */
+static char *raw_container(const char *name, const unsigned char *buf, size_t len,
+                           const char *index)
+{
+    static char path[128];
+    size_t ilen = strlen(index);
+    unsigned char *all = malloc(len + ilen + 4);
+
+    assert_non_null(all);
+    memcpy(all, buf, len);
+    memcpy(all + len, index, ilen);
+    put32(all + len + ilen, (uint32_t)ilen);
+    snprintf(path, sizeof(path), "%s/%s", dir, name);
+    write_file(path, all, len + ilen + 4);
+    free(all);
+    return path;
+}
+
+/* Two blobs whose weights are the same bytes, neither reaching the other's
+ * header: a at 0 with its weights 8192 past it, b at 4096 with its weights
+ * 4096 past it. Both are broken (contract v2, Bad input). Of c, whose
+ * regions lie in d's header, and d, c is the broken one. */
+static void test_shared_weights(void **state)
+{
+    static unsigned char buf[6 * 4096];
+    struct blob a = good_blob(), b = good_blob(), c = good_blob(), d = good_blob();
+    const char *index = "{\"tensors\":[{\"name\":\"a\",\"offset\":0},{\"name\":\"b\","
+                        "\"offset\":4096},{\"name\":\"c\",\"offset\":12288},"
+                        "{\"name\":\"d\",\"offset\":16384}]}";
+
+    (void)state;
+    a.n = a.m = b.n = b.m = 0;
+    a.nmask = b.nmask = a.mlen = b.mlen = 0;
+    a.woff = 8192;
+    blob_bytes(&b, buf + 4096);
+    blob_bytes(&a, buf); /* a's weights land where b's are: the same values */
+    /* c's weights and mask lie 128 bytes past its header's end: inside d's
+     * header, which starts there */
+    c.woff += 128;
+    c.moff += 128;
+    blob_bytes(&c, buf + 12288);
+    blob_bytes(&d, buf + 16384);
+    struct tbm_model *m = open_ok(raw_container("shared.tbm", buf, sizeof(buf), index), false);
+    assert_int_equal(m->ntensors, 4);
+    assert_true(has_message(&m->tensors[0].problems, "shares bytes with the weights or mask of "
+                                                     "tensor b"));
+    assert_true(has_message(&m->tensors[1].problems, "shares bytes with the weights or mask of "
+                                                     "tensor a"));
+    assert_false(m->tensors[0].weights.ok || m->tensors[1].weights.ok);
+    assert_false(m->tensors[0].raw.ok || m->tensors[1].raw.ok);
+    assert_true(has_message(&m->tensors[2].problems, "runs into the header of tensor d"));
+    assert_int_equal(m->tensors[3].problems.count, 0);
+    assert_true(m->tensors[3].raw.ok);
+    tbm_model_close(m);
+}
+
 static void test_unusable_masks(void **state)
 {
     struct blob b = good_blob();
@@ -610,12 +666,19 @@ static int teardown(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_sound_container),    cmocka_unit_test(test_refused_containers),
-        cmocka_unit_test(test_index_caps),         cmocka_unit_test(test_broken_headers),
-        cmocka_unit_test(test_bad_offsets),        cmocka_unit_test(test_overlapping_blobs),
-        cmocka_unit_test(test_unusable_masks),     cmocka_unit_test(test_warnings_and_stats),
-        cmocka_unit_test(test_names_deduplicated), cmocka_unit_test(test_strict_refuses_problems),
-        cmocka_unit_test(test_bare_blob),          cmocka_unit_test(test_manifest_files),
+        cmocka_unit_test(test_sound_container),
+        cmocka_unit_test(test_refused_containers),
+        cmocka_unit_test(test_index_caps),
+        cmocka_unit_test(test_broken_headers),
+        cmocka_unit_test(test_bad_offsets),
+        cmocka_unit_test(test_overlapping_blobs),
+        cmocka_unit_test(test_shared_weights),
+        cmocka_unit_test(test_unusable_masks),
+        cmocka_unit_test(test_warnings_and_stats),
+        cmocka_unit_test(test_names_deduplicated),
+        cmocka_unit_test(test_strict_refuses_problems),
+        cmocka_unit_test(test_bare_blob),
+        cmocka_unit_test(test_manifest_files),
         cmocka_unit_test(test_mask_layouts),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
