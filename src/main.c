@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <pthread.h>
 #include <sched.h>
+#include <signal.h>
 #include <time.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -34,7 +35,9 @@ struct cli {
     uint64_t cache_size;
     char **http_headers;
     size_t nheaders;
-    unsigned http_timeout; /* hidden: lets the tests stall a transfer for seconds, not 30 */
+    char *http_header_file, *ca_file;
+    char *s3_endpoint, *s3_region; /* s3:// sources */
+    unsigned http_timeout;         /* hidden: lets the tests stall a transfer for seconds, not 30 */
     /* -o uid=, gid=, umask=: in place of the source's owner and modes */
     unsigned uid, gid, umask;
     int set_uid, set_gid, set_umask;
@@ -80,6 +83,10 @@ static const struct fuse_opt cli_opts[] = {
     FUSE_OPT_KEY("cache_size=", KEY_CACHE_SIZE),
     FUSE_OPT_KEY("http_header=", KEY_HTTP_HEADER),
     {"http_timeout=%u", offsetof(struct cli, http_timeout), 0},
+    {"http_header_file=%s", offsetof(struct cli, http_header_file), 0},
+    {"ca_file=%s", offsetof(struct cli, ca_file), 0},
+    {"s3_endpoint=%s", offsetof(struct cli, s3_endpoint), 0},
+    {"s3_region=%s", offsetof(struct cli, s3_region), 0},
     {"uid=%u", offsetof(struct cli, uid), 0},
     {"uid=", offsetof(struct cli, set_uid), 1},
     {"gid=%u", offsetof(struct cli, gid), 0},
@@ -180,7 +187,9 @@ static void usage(const char *prog)
            "       %s --check SOURCE\n\n"
            "Mounts a Tensorbit model read-only as a tree of tensors. SOURCE is a .tbm\n"
            "container, a directory with manifest.json, a bare .tb file, or the URL of a\n"
-           ".tbm container on a web server (http:// or https://).\n\n"
+           ".tbm container on a web server (http:// or https://) or in an S3 bucket\n"
+           "(s3://BUCKET/KEY, signed with the AWS credentials of the environment or\n"
+           "~/.aws/credentials; SIGHUP reads them again).\n\n"
            "tbmfs options:\n"
            "    --check                validate SOURCE, print its problems and exit\n"
            "                           (0: none, 1: problems, 2: SOURCE unusable)\n"
@@ -198,7 +207,16 @@ static void usage(const char *prog)
            "    -o cache_size=BYTES    http(s):// SOURCE: block cache size (default 256M;\n"
            "                           K, M, G allowed)\n"
            "    -o http_header=\"Name: value\"  http(s):// SOURCE: a header sent with every\n"
-           "                           request (repeatable)\n"
+           "                           request to SOURCE's host (repeatable)\n"
+           "    -o http_header_file=PATH  the same, one header a line, read from PATH (a\n"
+           "                           token stays out of ps)\n"
+           "    -o ca_file=PATH        https:// or s3:// SOURCE: trust the CAs of this PEM\n"
+           "                           file in place of the system's (s3://: else\n"
+           "                           AWS_CA_BUNDLE)\n"
+           "    -o s3_endpoint=URL     s3:// SOURCE: an S3-compatible store, path-style\n"
+           "                           (else AWS_ENDPOINT_URL_S3, AWS_ENDPOINT_URL, AWS)\n"
+           "    -o s3_region=REGION    s3:// SOURCE: the region signed for (else\n"
+           "                           AWS_REGION, AWS_DEFAULT_REGION, us-east-1)\n"
            "    TBMFS_KERNELS=scalar|avx2|avx512 in the environment forces a kernel\n\n",
            prog, prog, MAX_READ_DEFAULT, default_workers());
 }
@@ -362,8 +380,11 @@ static int run_check(const char *given, struct tbm_open_options *opts)
     char err[1024], source[4096];
     size_t warnings = 0;
 
-    /* every line printed is UTF-8, whatever bytes the path holds */
-    tbm_text_clean(source, sizeof(source), given, strlen(given));
+    /* every line printed is UTF-8, whatever bytes the path holds, and
+     * shows no secret a URL carries */
+    char *shown = tbm_source_url_display(given);
+    tbm_text_clean(source, sizeof(source), shown ? shown : "?", shown ? strlen(shown) : 1);
+    free(shown);
     if (open_with_progress(given, opts, &m, err, sizeof(err)) < 0) {
         fprintf(stderr, "tbmfs: %s\n", err);
         return 2;
@@ -481,6 +502,12 @@ static int add_mount_options(struct fuse_args *args, const char *raw, unsigned m
     return r;
 }
 
+static void reload_credentials(int sig)
+{
+    (void)sig;
+    tbm_source_credentials_reload();
+}
+
 static int serve(struct fuse_args *args, const struct fuse_cmdline_opts *opts, struct tbm_fs *fs)
 {
     struct fuse_session *se = fuse_session_new(args, &tbm_fs_ops, sizeof(tbm_fs_ops), fs);
@@ -490,6 +517,11 @@ static int serve(struct fuse_args *args, const struct fuse_cmdline_opts *opts, s
         return 1;
     if (fuse_set_signal_handlers(se) != 0)
         goto out_destroy;
+    /* libfuse's handlers end the session on SIGHUP; ours reads the
+     * credentials of S3 sources again */
+    struct sigaction hup = {.sa_handler = reload_credentials};
+    sigemptyset(&hup.sa_mask);
+    sigaction(SIGHUP, &hup, NULL);
     if (fuse_session_mount(se, opts->mountpoint) != 0)
         goto out_signals;
     if (fuse_daemonize(opts->foreground) != 0)
@@ -548,7 +580,11 @@ int main(int argc, char *argv[])
         .cache_size = cli.cache_size ? cli.cache_size : TBM_HTTP_CACHE_DEFAULT,
         .headers = (const char *const *)cli.http_headers,
         .nheaders = cli.nheaders,
-        .timeout = cli.http_timeout ? cli.http_timeout : TBM_HTTP_TIMEOUT};
+        .header_file = cli.http_header_file,
+        .timeout = cli.http_timeout ? cli.http_timeout : TBM_HTTP_TIMEOUT,
+        .ca_file = cli.ca_file,
+        .s3_endpoint = cli.s3_endpoint,
+        .s3_region = cli.s3_region};
     raise_fd_limit();
     /* Snapshots of large files are allocated at open and freed at release,
      * often by another worker thread: a fixed threshold keeps them mapped
@@ -650,6 +686,10 @@ out:
     for (size_t i = 0; i < cli.nheaders; i++)
         free(cli.http_headers[i]);
     free(cli.http_headers);
+    free(cli.http_header_file);
+    free(cli.ca_file);
+    free(cli.s3_endpoint);
+    free(cli.s3_region);
     fuse_opt_free_args(&args);
     return status;
 }

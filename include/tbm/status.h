@@ -12,7 +12,8 @@ enum tbm_status {
     TBM_ERR_PROBLEM = -5, /* strict open refused a model with problems */
     TBM_ERR_STOPPED = -6, /* a self-test given up: the daemon is stopping */
     TBM_ERR_NOATTR = -7,  /* no extended attribute of that name */
-    TBM_ERR_CHANGED = -8  /* the source changed in place since the mount */
+    TBM_ERR_CHANGED = -8, /* the source changed in place since the mount */
+    TBM_ERR_DENIED = -9   /* the store refused the request's credentials */
 };
 
 #endif

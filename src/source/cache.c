@@ -28,6 +28,7 @@ struct slot {
     unsigned refs;       /* readers holding or waiting for it */
     bool used;           /* a reader asked for it, so the next block is a sequential read */
     bool demand;         /* queued for a reader rather than ahead of one */
+    int err;             /* FAILED: the fetch's status, for its waiting readers */
     unsigned char *data; /* TBM_CACHE_BLOCK bytes of the cache's mapping */
     size_t len;
     struct slot *hnext;
@@ -250,6 +251,7 @@ static void *worker_main(void *arg)
             list_push(&c->lru, &s->link);
         } else {
             s->state = SLOT_FAILED;
+            s->err = r < 0 ? r : TBM_ERR_IO;
             if (s->refs == 0)
                 release(c, s);
         }
@@ -318,9 +320,10 @@ static int acquire(struct tbm_cache *c, uint64_t block, bool may_wait, struct sl
             *out = s;
             return 0;
         }
+        int err = s->state == SLOT_FAILED && !c->stale ? s->err : TBM_ERR_IO;
         if (--s->refs == 0)
             release(c, s);
-        return TBM_ERR_IO;
+        return err;
     }
 }
 
@@ -424,6 +427,7 @@ void tbm_cache_invalidate(struct tbm_cache *c)
         struct link *q = list_empty(&c->demand_q) ? &c->ahead_q : &c->demand_q;
         struct slot *s = slot_of(q->next);
         s->state = SLOT_FAILED;
+        s->err = TBM_ERR_IO;
         list_del(&s->link);
         if (s->refs == 0)
             release(c, s);

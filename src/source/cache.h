@@ -17,7 +17,8 @@ struct tbm_cache_fetcher {
     void *ctx;
     void *(*worker_new)(void *ctx);
     void (*worker_free)(void *ctx, void *worker);
-    /* Fills exactly len bytes at off; 0, TBM_ERR_IO or TBM_ERR_NOMEM. Called
+    /* Fills exactly len bytes at off; 0 or a TBM_ERR_* that the block's
+     * readers get (TBM_ERR_IO, TBM_ERR_NOMEM, TBM_ERR_DENIED). Called
      * without any lock of the cache held. */
     int (*fetch)(void *ctx, void *worker, uint64_t off, void *buf, size_t len);
 };
@@ -31,7 +32,7 @@ int tbm_cache_new(const struct tbm_cache_fetcher *f, uint64_t size, uint64_t cac
 
 /* Reads up to len bytes at off, short only at the end of the source; reading
  * on from where a reader left off fetches the next blocks ahead of it. 0,
- * TBM_ERR_IO or TBM_ERR_NOMEM. */
+ * or the failed fetch's status (TBM_ERR_IO once the source changed). */
 int tbm_cache_read(struct tbm_cache *c, void *buf, size_t len, uint64_t off, size_t *got);
 
 /* Holds the blocks of the len bytes at off (inside the source, len > 0) in
