@@ -1,0 +1,160 @@
+#!/usr/bin/python3
+"""Integration test of what every remote source owes its user whatever the server does: secrets
+out of sight (a URL's user:password@ and ?query, a header's token), headers sent only to the
+source's own origin, a server's words cleaned before they are quoted, a private certificate
+authority for https:// and s3://, and no read that waits for ever on a trickling server."""
+
+import json
+import os
+import signal
+import struct
+import subprocess
+import time
+
+import harness
+import httpserve
+from harness import Mount, check, eq, mounted, read_all, run_tbmfs
+from test_s3 import errno_name, finish, start
+
+PASSWORD, TOKEN, API_KEY = "PASSWORDpw01", "TOKENqs02", "APIKEYhdr03"
+SECRETS = [PASSWORD, TOKEN, API_KEY]
+
+
+def no_secret(where, text):
+    for s in SECRETS:
+        check(s not in text, "a secret in %s" % where)
+
+
+def safetensors_metadata(m):
+    with open(m.p("model.safetensors"), "rb") as f:
+        n = struct.unpack("<Q", f.read(8))[0]
+        return json.loads(f.read(n)).get("__metadata__", {})
+
+
+def largest(m, names):
+    return max(names, key=lambda d: os.stat(m.p("tensors", d, "raw.tb")).st_size)
+
+
+def secrets(suite, model_bytes):
+    header_file = os.path.join(suite.tmp, "headers")
+    with open(header_file, "w") as f:
+        f.write("# the service's key\nX-Api-Key: %s\n\n" % API_KEY)
+
+    def go():
+        with httpserve.Hostile(model_bytes) as server:
+            server.etag = '"one\x1b[31m\r\xff"'
+            url = "http://alice:%s@127.0.0.1:%d/m.tbm?token=%s" % (PASSWORD, server.port, TOKEN)
+            m = start(suite, url, {}, ["-o", "http_header_file=" + header_file])
+            try:
+                shown = "http://127.0.0.1:%d/m.tbm?\u2026" % server.port
+                with open("/proc/mounts") as f:
+                    mounts = f.read()
+                check(shown.replace(" ", "\\040") in mounts, "the source not in /proc/mounts")
+                no_secret("/proc/mounts", mounts)
+                # the URL is as the user typed it; the header file's token is not there
+                with open("/proc/%d/cmdline" % m.pid, "rb") as f:
+                    check(API_KEY not in f.read().decode(), "the token in the command line")
+                check(any(h.get("X-Api-Key") == API_KEY for _, h in server.seen),
+                      "the header of the file was not sent")
+                eq(safetensors_metadata(m).get("source"), "m.tbm?\u2026",
+                   "model.safetensors' source")
+                # the server's ETag changes, escapes and all: the change is said, cleaned
+                names = sorted(os.listdir(m.p("tensors")))
+                server.etag = '"two\x1b]0;title\x07"'
+                eq(errno_name(m.p("tensors", largest(m, names), "raw.tb")), "EIO",
+                   "a read after the change")
+                eq(harness.read_json(m.p("model.json"))["source"], shown, "model.json's source")
+                for path in (m.p("model.json"), m.p("tensors.json")):
+                    no_secret(path, read_all(path).decode())
+            finally:
+                err = finish(m)
+        no_secret("the messages", err)
+        check("changed on the server" in err, "no change line: %r" % err[-300:])
+        for bad in ("\x1b", "\r", "\x07", "\ufffd"):
+            check(bad not in err, "%r in the messages: %r" % (bad, err[-300:]))
+
+    suite.case("secrets: user:password@, ?query and a header file's token out of sight; an "
+               "ETag's escapes cleaned", go, 60)
+
+
+def redirects(suite, model_bytes):
+    def go():
+        with httpserve.Hostile(model_bytes) as other, httpserve.Hostile(model_bytes) as home:
+            home.jump_to = other.url("")
+            m = start(suite, home.url("jump/m.tbm"), {},
+                      ["-o", "http_header=X-Api-Key: " + API_KEY])
+            try:
+                names = sorted(os.listdir(m.p("tensors")))
+                eq(len(read_all(m.p("tensors", largest(m, names), "raw.tb"))) > 0, True,
+                   "a read through the redirect")
+            finally:
+                finish(m)
+            check(home.seen and all(h.get("X-Api-Key") == API_KEY for _, h in home.seen),
+                  "the header was not sent to the source's own origin")
+            check(other.seen, "the redirect was not followed")
+            leaked = [p for p, h in other.seen if "X-Api-Key" in h]
+            eq(leaked, [], "requests to another port that carried the header")
+
+    suite.case("redirects: the header goes to the source's origin only, not another port", go,
+               60)
+
+
+def private_ca(suite, model_path):
+    root = os.path.join(suite.tmp, "www")
+    os.makedirs(os.path.join(root, "bucket"))
+    os.link(model_path, os.path.join(root, "m.tbm"))
+    os.link(model_path, os.path.join(root, "bucket", "m.tbm"))
+    nginx = httpserve.Nginx(os.path.join(suite.tmp, "nginx"), root, ca=True).start()
+    try:
+        def verified():
+            with Mount(suite, nginx.tls_url("m.tbm"), ["-o", "ca_file=" + nginx.ca_file]) as m:
+                eq(m.start(), 0, "exit (%s)" % m.err.strip())
+                check(mounted(m.path), "not mounted")
+                eq(harness.read_json(m.p("model.json"))["tensor_count"] > 0, True, "tensors")
+                names = sorted(os.listdir(m.p("tensors")))
+                with open(model_path, "rb") as f:
+                    whole = f.read()
+                raw = read_all(m.p("tensors", largest(m, names), "raw.tb"))
+                check(raw in whole, "raw.tb is not bytes of the model")
+
+        def refused():
+            mnt = os.path.join(suite.tmp, "refused")
+            os.makedirs(mnt, exist_ok=True)
+            rc, out, err = run_tbmfs([nginx.tls_url("m.tbm"), mnt])
+            eq(rc, 1, "exit without ca_file")
+            check(not mounted(mnt), "mounted without ca_file")
+            eq(len(err.strip().splitlines()), 1, "lines: %r" % err)
+            check(nginx.tls_url("m.tbm") in err and "certificate" in err, "the line: %r" % err)
+
+        def s3_bundle():
+            env = {"AWS_ENDPOINT_URL": "https://127.0.0.1:%d" % nginx.tls_port,
+                   "AWS_CA_BUNDLE": nginx.ca_file, "HOME": "/nonexistent"}
+            env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")} | env
+            rc, out, err = run_tbmfs(["--check", "s3://bucket/m.tbm"], env=env)
+            eq(rc, 0, "--check exit with AWS_CA_BUNDLE (%s)" % err.strip()[:200])
+            env.pop("AWS_CA_BUNDLE")
+            rc, out, err = run_tbmfs(["--check", "s3://bucket/m.tbm"], env=env)
+            eq(rc, 2, "--check exit without AWS_CA_BUNDLE")
+            check("s3://bucket/m.tbm" in err and "certificate" in err, "the line: %r" % err)
+
+        suite.case("https: -o ca_file trusts a private CA", verified, 60)
+        suite.case("https: without ca_file, a private CA's certificate is refused", refused, 60)
+        suite.case("s3: AWS_CA_BUNDLE trusts a private CA", s3_bundle, 60)
+    finally:
+        nginx.stop()
+
+
+def main(suite):
+    model = os.path.join(suite.tmp, "model.tbm")
+    subprocess.run(["/usr/bin/python3", harness.GEN, "llama", model], check=True, timeout=120)
+    with open(model, "rb") as f:
+        data = f.read()
+    secrets(suite, data)
+    redirects(suite, data)
+    private_ca(suite, model)
+    for m in list(suite.mounts):
+        m.stop()
+
+
+if __name__ == "__main__":
+    harness.run("integration-remote", main)
