@@ -508,6 +508,17 @@ static void reload_credentials(int sig)
     tbm_source_credentials_reload();
 }
 
+/* libfuse's handler for SIGTERM and SIGINT, which ends the session. */
+static struct sigaction fuse_exit;
+
+/* Workers waiting for a server would never see the session end: sources
+ * give up their transfers first. */
+static void stop_sources(int sig)
+{
+    tbm_source_stop();
+    fuse_exit.sa_handler(sig);
+}
+
 static int serve(struct fuse_args *args, const struct fuse_cmdline_opts *opts, struct tbm_fs *fs)
 {
     struct fuse_session *se = fuse_session_new(args, &tbm_fs_ops, sizeof(tbm_fs_ops), fs);
@@ -519,9 +530,15 @@ static int serve(struct fuse_args *args, const struct fuse_cmdline_opts *opts, s
         goto out_destroy;
     /* libfuse's handlers end the session on SIGHUP; ours reads the
      * credentials of S3 sources again */
-    struct sigaction hup = {.sa_handler = reload_credentials};
+    struct sigaction hup = {.sa_handler = reload_credentials}, stop = {.sa_handler = stop_sources};
     sigemptyset(&hup.sa_mask);
+    sigemptyset(&stop.sa_mask);
     sigaction(SIGHUP, &hup, NULL);
+    sigaction(SIGTERM, NULL, &fuse_exit); /* the same for SIGINT */
+    if (fuse_exit.sa_handler != SIG_DFL && fuse_exit.sa_handler != SIG_IGN) {
+        sigaction(SIGTERM, &stop, NULL);
+        sigaction(SIGINT, &stop, NULL);
+    }
     if (fuse_session_mount(se, opts->mountpoint) != 0)
         goto out_signals;
     if (fuse_daemonize(opts->foreground) != 0)

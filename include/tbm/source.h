@@ -152,6 +152,9 @@ struct tbm_http_options {
 #define TBM_HTTP_CACHE_DEFAULT (256ull << 20)
 #define TBM_HTTP_CACHE_MIN     (2ull << 20)
 #define TBM_HTTP_TIMEOUT       30u
+/* A read waits for a transfer at most this many times the stall timeout
+ * (90 s by default) in all, whatever the server sends. */
+#define TBM_HTTP_DEADLINE_TIMEOUTS 3u
 
 /* Whether name is an http://, https:// or s3:// URL, which only
  * tbm_source_open_http opens. */
@@ -165,6 +168,12 @@ char *tbm_source_url_display(const char *url);
 /* The credentials of S3 sources are read again before their next request
  * (for SIGHUP: async-signal-safe). */
 void tbm_source_credentials_reload(void);
+
+/* The program is stopping (for SIGTERM: async-signal-safe): transfers are
+ * given up and their readers answered with TBM_ERR_STOPPED, within a
+ * second, so that no thread of the daemon stays waiting for a server. */
+void tbm_source_stop(void);
+bool tbm_source_stopping(void);
 
 /* Opens the file at url (http://, https://, or s3://, whose requests are
  * signed), which must answer range requests: its tail is fetched at once,

@@ -21,6 +21,10 @@ struct tbm_cache_fetcher {
      * readers get (TBM_ERR_IO, TBM_ERR_NOMEM, TBM_ERR_DENIED). Called
      * without any lock of the cache held. */
     int (*fetch)(void *ctx, void *worker, uint64_t off, void *buf, size_t len);
+    /* Seconds a reader waits for a block at most (TBM_ERR_IO then), 0 for
+     * no limit; every reader stops waiting once tbm_source_stop was called
+     * (TBM_ERR_STOPPED). */
+    unsigned wait_limit;
 };
 
 struct tbm_cache;

@@ -113,8 +113,18 @@ struct response {
     char errbuf[CURL_ERROR_SIZE];
 };
 
-/* OUT_REDIRECT: go to r->location; OUT_DENIED: the credentials were refused. */
-enum outcome { OUT_OK, OUT_RETRY, OUT_FAIL, OUT_CHANGED, OUT_NOMEM, OUT_REDIRECT, OUT_DENIED };
+/* OUT_REDIRECT: go to r->location; OUT_DENIED: the credentials were
+ * refused; OUT_STOPPED: the program is stopping. */
+enum outcome {
+    OUT_OK,
+    OUT_RETRY,
+    OUT_FAIL,
+    OUT_CHANGED,
+    OUT_NOMEM,
+    OUT_REDIRECT,
+    OUT_DENIED,
+    OUT_STOPPED
+};
 
 static pthread_once_t curl_once = PTHREAD_ONCE_INIT;
 static CURLcode curl_init_status;
@@ -227,6 +237,29 @@ static size_t write_cb(char *data, size_t size, size_t nmemb, void *userdata)
     return len;
 }
 
+/* A read waits for its transfers this long in all: a server that sends a
+ * byte a second never stalls, yet must not hold a reader for ever. */
+static long deadline_ms(const struct http *h)
+{
+    return h->timeout * (long)TBM_HTTP_DEADLINE_TIMEOUTS * 1000;
+}
+
+static long ms_since(const struct timespec *start)
+{
+    struct timespec now;
+
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    return (long)(now.tv_sec - start->tv_sec) * 1000 + (now.tv_nsec - start->tv_nsec) / 1000000;
+}
+
+/* libcurl asks at least once a second, however slow the server. */
+static int progress_cb(void *data, curl_off_t dltotal, curl_off_t dlnow, curl_off_t ultotal,
+                       curl_off_t ulnow)
+{
+    (void)data, (void)dltotal, (void)dlnow, (void)ultotal, (void)ulnow;
+    return tbm_source_stopping();
+}
+
 static CURL *easy_new(struct http *h)
 {
     CURL *e = curl_easy_init();
@@ -241,6 +274,9 @@ static CURL *easy_new(struct http *h)
         curl_easy_setopt(e, CURLOPT_FOLLOWLOCATION, 0L) != CURLE_OK ||
         (h->ca_file && curl_easy_setopt(e, CURLOPT_CAINFO, h->ca_file) != CURLE_OK) ||
         curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L) != CURLE_OK ||
+        curl_easy_setopt(e, CURLOPT_NOPROGRESS, 0L) != CURLE_OK ||
+        curl_easy_setopt(e, CURLOPT_XFERINFOFUNCTION, progress_cb) != CURLE_OK ||
+        curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, deadline_ms(h)) != CURLE_OK ||
         curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT, h->timeout) != CURLE_OK ||
         curl_easy_setopt(e, CURLOPT_LOW_SPEED_LIMIT, 1L) != CURLE_OK ||
         curl_easy_setopt(e, CURLOPT_LOW_SPEED_TIME, h->timeout) != CURLE_OK ||
@@ -534,15 +570,28 @@ static enum outcome fetch(struct http *h, CURL *easy, struct response *r, void *
     char *target = NULL; /* a redirect's, else the source's URL */
     bool renewed = false;
     int hops = 0;
+    struct timespec start;
 
     if (at_open)
         snprintf(range, sizeof(range), "Range: bytes=-%zu", len);
     else
         snprintf(range, sizeof(range), "Range: bytes=%llu-%llu", (unsigned long long)first,
                  (unsigned long long)(first + len - 1));
+    clock_gettime(CLOCK_MONOTONIC, &start);
     for (int attempt = 0; attempt < TRIES;) {
         struct curl_slist *list;
         unsigned version;
+        long left = deadline_ms(h) - ms_since(&start);
+        if (tbm_source_stopping()) {
+            snprintf(why, whylen, "given up: tbmfs is stopping");
+            o = OUT_STOPPED;
+            break;
+        }
+        if (left <= 0) {
+            snprintf(why, whylen, "no whole answer within %ld s", deadline_ms(h) / 1000);
+            o = OUT_FAIL;
+            break;
+        }
         memset(r, 0, sizeof(*r));
         r->easy = easy;
         r->buf = buf;
@@ -550,6 +599,7 @@ static enum outcome fetch(struct http *h, CURL *easy, struct response *r, void *
         if (prepare(h, easy, target ? target : h->url, range, &list, &version) < 0 ||
             curl_easy_setopt(easy, CURLOPT_HEADERDATA, r) != CURLE_OK ||
             curl_easy_setopt(easy, CURLOPT_WRITEDATA, r) != CURLE_OK ||
+            curl_easy_setopt(easy, CURLOPT_TIMEOUT_MS, left) != CURLE_OK ||
             curl_easy_setopt(easy, CURLOPT_ERRORBUFFER, r->errbuf) != CURLE_OK) {
             curl_slist_free_all(list);
             o = OUT_NOMEM;
@@ -575,12 +625,16 @@ static enum outcome fetch(struct http *h, CURL *easy, struct response *r, void *
         }
         if (o != OUT_RETRY || ++attempt == TRIES)
             break;
-        back_off(attempt);
+        if (!tbm_source_stopping() && ms_since(&start) + 1000 < deadline_ms(h))
+            back_off(attempt);
     }
     free(target);
     curl_easy_setopt(easy, CURLOPT_ERRORBUFFER, NULL);
     curl_easy_setopt(easy, CURLOPT_URL, h->url);
-    if (o == OUT_RETRY) {
+    if (o == OUT_RETRY && tbm_source_stopping()) {
+        snprintf(why, whylen, "given up: tbmfs is stopping");
+        o = OUT_STOPPED;
+    } else if (o == OUT_RETRY) {
         size_t n = strlen(why);
         snprintf(why + n, whylen - n, " (%d tries)", TRIES);
     }
@@ -649,6 +703,8 @@ static int fetch_block(void *ctx, void *worker, uint64_t off, void *buf, size_t 
     case OUT_DENIED:
         log_denied(h, &r);
         return TBM_ERR_DENIED;
+    case OUT_STOPPED:
+        return TBM_ERR_STOPPED;
     default:
         tbm_log(TBM_LOG_ERROR, "%s: bytes %llu-%llu: %s", h->src.name, (unsigned long long)off,
                 (unsigned long long)(off + len - 1), why);
@@ -1145,8 +1201,12 @@ int tbm_source_open_http(const char *url, const struct tbm_http_options *opts,
              r.v.etag[0] ? r.v.etag : r.v.last_modified);
     time_t lm = r.v.last_modified[0] ? curl_getdate(r.v.last_modified, NULL) : -1;
     h->src.id.mtime.tv_sec = lm >= 0 ? lm : time(NULL);
-    struct tbm_cache_fetcher f = {
-        .ctx = h, .worker_new = worker_new, .worker_free = worker_free, .fetch = fetch_block};
+    /* a reader may wait behind another's transfer: as long as its own */
+    struct tbm_cache_fetcher f = {.ctx = h,
+                                  .worker_new = worker_new,
+                                  .worker_free = worker_free,
+                                  .fetch = fetch_block,
+                                  .wait_limit = (unsigned)(deadline_ms(h) / 1000)};
     uint64_t cache = opts->cache_size ? opts->cache_size : TBM_HTTP_CACHE_DEFAULT;
     if (tbm_cache_new(&f, r.v.size, cache, WORKERS, &h->cache) < 0) {
         snprintf(why, whylen, "out of memory");

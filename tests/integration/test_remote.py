@@ -9,6 +9,7 @@ import os
 import signal
 import struct
 import subprocess
+import threading
 import time
 
 import harness
@@ -144,6 +145,73 @@ def private_ca(suite, model_path):
         nginx.stop()
 
 
+def readers(m, names):
+    """Reads each tensor's raw.tb on a thread of its own; (threads, results: name -> errno
+    name and seconds)."""
+    results = {}
+
+    def read(d):
+        t0 = time.monotonic()
+        results[d] = (errno_name(m.p("tensors", d, "raw.tb")), time.monotonic() - t0)
+
+    threads = [threading.Thread(target=read, args=(d,), daemon=True) for d in names]
+    for t in threads:
+        t.start()
+    return threads, results
+
+
+def trickle(suite, model_bytes):
+    def bounded():
+        with httpserve.Hostile(model_bytes) as server:
+            # -o http_timeout=2: reads wait 3 x 2 s in all, whatever the server sends
+            m = start(suite, server.url("m.tbm"), {}, ["-o", "http_timeout=2"])
+            try:
+                names = sorted(os.listdir(m.p("tensors")),
+                               key=lambda d: -os.stat(m.p("tensors", d, "raw.tb")).st_size)[:5]
+                server.trickle, server.trickle_before = 0.9, len(model_bytes)
+                threads, results = readers(m, names)
+                for t in threads:
+                    t.join(40)
+                eq(sorted(results), sorted(names), "readers that returned within 40 s")
+                for d, (err, secs) in results.items():
+                    eq(err, "EIO", "%s read from a trickling server" % d)
+                    check(secs < 20, "%s waited %.1f s" % (d, secs))
+                check(m.alive(), "the daemon died")
+                server.trickle = None
+                eq(len(read_all(m.p("tensors", names[0], "raw.tb"))) > 0, True,
+                   "a read once the server answers again")
+            finally:
+                err = finish(m)
+            check("no whole answer within 6 s" in err, "the reason: %r" % err[-400:])
+
+    def sigterm():
+        with httpserve.Hostile(model_bytes) as server:
+            m = start(suite, server.url("m.tbm"), {})
+            try:
+                names = sorted(os.listdir(m.p("tensors")),
+                               key=lambda d: -os.stat(m.p("tensors", d, "raw.tb")).st_size)[:5]
+                server.trickle, server.trickle_before = 0.9, len(model_bytes)
+                threads, results = readers(m, names)
+                time.sleep(3)
+                eq(results, {}, "readers done before SIGTERM")
+                t0 = time.monotonic()
+                os.kill(m.pid, signal.SIGTERM)
+                rc = m.wait_exit(20)
+                took = time.monotonic() - t0
+                eq(rc, 0, "exit status after SIGTERM (%.1f s)" % took)
+                check(took < 10, "the daemon took %.1f s to end" % took)
+                check(not mounted(m.path), "still mounted after SIGTERM")
+                for t in threads:
+                    t.join(10)
+                eq(sorted(results), sorted(names), "readers that returned")
+            finally:
+                m.stop()
+
+    suite.case("trickle: a byte every 0.9 s: reads fail within the deadline, the daemon lives",
+               bounded, 90)
+    suite.case("trickle: SIGTERM ends the daemon and its mount while reads wait", sigterm, 90)
+
+
 def main(suite):
     model = os.path.join(suite.tmp, "model.tbm")
     subprocess.run(["/usr/bin/python3", harness.GEN, "llama", model], check=True, timeout=120)
@@ -152,6 +220,7 @@ def main(suite):
     secrets(suite, data)
     redirects(suite, data)
     private_ca(suite, model)
+    trickle(suite, data)
     for m in list(suite.mounts):
         m.stop()
 
