@@ -390,8 +390,11 @@ static int run_check(const char *given, struct tbm_open_options *opts)
         return 2;
     }
     /* --check reads every mask and weight: the statistics' warnings too */
-    if (compute_with_progress(m) < 0) {
-        fprintf(stderr, "tbmfs: %s: out of memory computing statistics\n", source);
+    int computed = compute_with_progress(m);
+    if (computed < 0) {
+        fprintf(stderr, "tbmfs: %s: %s\n", source,
+                computed == TBM_ERR_NOMEM ? "out of memory computing statistics"
+                                          : "statistics not computed: the source failed (above)");
         tbm_model_close(m);
         return 2;
     }

@@ -706,9 +706,10 @@ static int fetch_block(void *ctx, void *worker, uint64_t off, void *buf, size_t 
     case OUT_STOPPED:
         return TBM_ERR_STOPPED;
     default:
-        tbm_log(TBM_LOG_ERROR, "%s: bytes %llu-%llu: %s", h->src.name, (unsigned long long)off,
-                (unsigned long long)(off + len - 1), why);
-        return TBM_ERR_IO;
+        tbm_log(TBM_LOG_ERROR, "%s: bytes %llu-%llu: transfer failed: %s", h->src.name,
+                (unsigned long long)off, (unsigned long long)(off + len - 1), why);
+        /* not a change: what it stopped is tried again */
+        return TBM_ERR_TRANSFER;
     }
 }
 

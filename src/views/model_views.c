@@ -38,8 +38,8 @@ static struct json_object *tensor_json(const struct tbm_tensor *t,
         known && t->hdr.num_weights ? (double)st->counts.kept / (double)t->hdr.num_weights : 0;
     json_object_object_add(o, "density", known ? json_object_new_double(density) : NULL);
     json_object_object_add(o, "problems", json_object_new_uint64(t->problems.count));
-    json_object_object_add(o, "warnings",
-                           json_object_new_uint64(t->warnings.count + (st ? st->warnings.count : 0)));
+    json_object_object_add(
+        o, "warnings", json_object_new_uint64(t->warnings.count + (st ? st->warnings.count : 0)));
     return o;
 }
 
@@ -50,12 +50,13 @@ static int tensors_doc(const struct tbm_views *v, bool with_stats, char **out, s
     if (!arr)
         return TBM_ERR_NOMEM;
     for (size_t t = 0; t < v->model->ntensors; t++) {
-        const struct tbm_tensor_stats *st = with_stats ? tbm_tensor_stats(v->model, t) : NULL;
-        struct json_object *o = with_stats && !st ? NULL : tensor_json(&v->model->tensors[t], st);
+        const struct tbm_tensor_stats *st = NULL;
+        int r = with_stats ? tbm_tensor_stats_get(v->model, t, &st) : 0;
+        struct json_object *o = r < 0 ? NULL : tensor_json(&v->model->tensors[t], st);
         if (!o || json_object_array_add(arr, o) < 0) {
             json_object_put(o);
             json_object_put(arr);
-            return TBM_ERR_NOMEM;
+            return r < 0 ? r : TBM_ERR_NOMEM;
         }
     }
     int r = tbm_json_dump(arr, out, len);

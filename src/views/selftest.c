@@ -263,6 +263,8 @@ static int selftest_tensor(const struct tbm_views *v, const struct tbm_tensor *t
                  "the source changed since the mount: remount to test the new model");
     else if (r == TBM_ERR_IO)
         snprintf(res->error, sizeof(res->error), "the source could not be read (it shrank?)");
+    else if (r == TBM_ERR_TRANSFER || r == TBM_ERR_DENIED || r == TBM_ERR_STOPPED)
+        snprintf(res->error, sizeof(res->error), "a transfer from the source failed");
     else if (r < 0)
         snprintf(res->error, sizeof(res->error), "out of memory for the products");
     res->pass = res->pass && r == 0;

@@ -43,7 +43,8 @@ class Hostile:
     and what a hostile one may do besides: etag, when set, gives each answer's ETag (a str of any
     code points below 256, sent as those bytes); trickle makes the bodies of ranges that start
     before trickle_before come a byte every trickle seconds; /jump/NAME redirects to jump_to +
-    NAME. seen keeps every request's path and headers."""
+    NAME; fail, when set, is the status every request gets (a server down for a while). seen
+    keeps every request's path and headers."""
 
     def __init__(self, data):
         self.data = data
@@ -51,6 +52,7 @@ class Hostile:
         self.trickle = None
         self.trickle_before = 0
         self.jump_to = None
+        self.fail = None
         self.seen = []
         self.done = threading.Event()  # trickles end when set
         self.server = None
@@ -66,6 +68,11 @@ class Hostile:
 
             def do_GET(self):
                 host.seen.append((self.path, dict(self.headers.items())))
+                if host.fail:
+                    self.send_response(host.fail)
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                    return
                 if self.path.startswith("/jump/") and host.jump_to:
                     self.send_response(302)
                     self.send_header("Location", host.jump_to + self.path[len("/jump/"):])

@@ -212,6 +212,35 @@ def trickle(suite, model_bytes):
     suite.case("trickle: SIGTERM ends the daemon and its mount while reads wait", sigterm, 90)
 
 
+def failed_transfer(suite, model_bytes, model_path):
+    def go():
+        local = Mount(suite, model_path)
+        with httpserve.Hostile(model_bytes) as server, local:
+            eq(local.start(), 0, "the local mount")
+            m = start(suite, server.url("m.tbm"), {}, ["-o", "http_timeout=2"])
+            try:
+                names = sorted(os.listdir(m.p("tensors")),
+                               key=lambda d: -os.stat(m.p("tensors", d, "raw.tb")).st_size)
+                big = names[0]
+                server.fail = 503  # down for a moment
+                eq(errno_name(m.p("tensors", big, "header.json")), "EIO",
+                   "header.json while the server is down")
+                eq(errno_name(m.p("model.json")), "EIO", "model.json while the server is down")
+                server.fail = None
+                got = harness.read_json(m.p("tensors", big, "header.json"))
+                want = harness.read_json(local.p("tensors", big, "header.json"))
+                for k in ("kept", "density", "warnings"):
+                    eq(got.get(k), want.get(k), "header.json's %s once the server is back" % k)
+                eq(harness.read_json(m.p("model.json"))["total_kept"],
+                   harness.read_json(local.p("model.json"))["total_kept"], "total_kept")
+            finally:
+                err = finish(m)
+        check("transfer failed" in err, "no transfer failure said: %r" % err[-300:])
+        check("changed" not in err, "a change blamed: %r" % err[-300:])
+
+    suite.case("a failed transfer is not a change: the statistics are computed again", go, 90)
+
+
 def main(suite):
     model = os.path.join(suite.tmp, "model.tbm")
     subprocess.run(["/usr/bin/python3", harness.GEN, "llama", model], check=True, timeout=120)
@@ -221,6 +250,7 @@ def main(suite):
     redirects(suite, data)
     private_ca(suite, model)
     trickle(suite, data)
+    failed_transfer(suite, data, model)
     for m in list(suite.mounts):
         m.stop()
 
