@@ -15,6 +15,7 @@
 #include <time.h>
 
 #include "cache.h"
+#include "reply.h"
 #include "s3.h"
 #include "tbm/log.h"
 #include "tbm/names.h"
@@ -47,14 +48,6 @@
  * slower than 4. */
 #define CURL_BUFFER (64L << 10)
 
-/* What identifies the file in one response. */
-struct validators {
-    uint64_t size; /* the total of Content-Range */
-    bool has_size;
-    char etag[128];
-    char last_modified[64];
-};
-
 struct http {
     struct tbm_source src; /* first: the ops are given &src */
     char *url;             /* what is requested: src.name may hide parts of it */
@@ -70,9 +63,9 @@ struct http {
     unsigned reloads_seen; /* tbm_s3_reload_count at the last reading */
     struct timespec cred_read;
     char denied_logged[96]; /* the refusal logged last, until a success */
-    struct validators mount;
+    struct tbm_validators mount;
     pthread_mutex_t lock; /* latest and changed */
-    struct validators latest;
+    struct tbm_validators latest;
     bool changed;
     struct tbm_cache *cache;
     unsigned char *tail; /* the bytes of the first answer, from tail_off to the end */
@@ -102,9 +95,7 @@ struct response {
     unsigned char *buf;
     size_t cap, got;
     bool too_long;
-    bool has_range;
-    uint64_t first, last;
-    struct validators v;
+    struct tbm_reply reply;
     long status;
     const char *location; /* a redirect's target, libcurl's until the next request */
     char body[BODY_MAX];  /* an error's body, cut */
@@ -134,77 +125,12 @@ static void curl_init(void)
     curl_init_status = curl_global_init(CURL_GLOBAL_DEFAULT);
 }
 
-static void copy_value(char *dst, size_t cap, const char *p, size_t len)
-{
-    while (len > 0 && (*p == ' ' || *p == '\t'))
-        p++, len--;
-    while (len > 0 && (p[len - 1] == '\r' || p[len - 1] == '\n' || p[len - 1] == ' '))
-        len--;
-    if (len >= cap)
-        len = cap - 1;
-    memcpy(dst, p, len);
-    dst[len] = '\0';
-}
-
-/* A server's words as they may be quoted: valid UTF-8, no control bytes. */
-static void copy_clean(char *dst, size_t cap, const char *p, size_t len)
-{
-    char raw[256];
-
-    copy_value(raw, sizeof(raw), p, len);
-    tbm_text_clean(dst, cap, raw, strlen(raw));
-}
-
-/* "bytes A-B/T", or "bytes *" "/T" for a range not satisfiable. */
-static void parse_content_range(struct response *r, const char *value)
-{
-    unsigned long long a, b, t;
-    char star;
-
-    if (sscanf(value, "bytes %llu-%llu/%llu", &a, &b, &t) == 3 && a <= b && b < t) {
-        r->has_range = true;
-        r->first = a;
-        r->last = b;
-        r->v.size = t;
-        r->v.has_size = true;
-    } else if (sscanf(value, "bytes %c/%llu", &star, &t) == 2 && star == '*') {
-        r->v.size = t;
-        r->v.has_size = true;
-    }
-}
-
-static bool is_field(const char *line, size_t len, const char *name, const char **value,
-                     size_t *vlen)
-{
-    size_t n = strlen(name);
-
-    if (len <= n || line[n] != ':' || strncasecmp(line, name, n) != 0)
-        return false;
-    *value = line + n + 1;
-    *vlen = len - n - 1;
-    return true;
-}
-
 static size_t header_cb(char *line, size_t size, size_t nitems, void *data)
 {
     struct response *r = data;
-    size_t len = size * nitems, vlen;
-    const char *value;
-    char buf[128];
 
-    if (len >= 5 && strncmp(line, "HTTP/", 5) == 0) {
-        /* A new answer (after a redirect or a 100 Continue): forget the last. */
-        r->has_range = false;
-        memset(&r->v, 0, sizeof(r->v));
-    } else if (is_field(line, len, "Content-Range", &value, &vlen)) {
-        copy_value(buf, sizeof(buf), value, vlen);
-        parse_content_range(r, buf);
-    } else if (is_field(line, len, "ETag", &value, &vlen)) {
-        copy_clean(r->v.etag, sizeof(r->v.etag), value, vlen);
-    } else if (is_field(line, len, "Last-Modified", &value, &vlen)) {
-        copy_clean(r->v.last_modified, sizeof(r->v.last_modified), value, vlen);
-    }
-    return len;
+    tbm_reply_header(&r->reply, line, size * nitems);
+    return size * nitems;
 }
 
 static size_t write_cb(char *data, size_t size, size_t nmemb, void *userdata)
@@ -422,7 +348,7 @@ static void worker_free(void *ctx, void *worker)
 }
 
 /* Why the file in r is not the one mounted, or false when it is. */
-static bool differs(const struct validators *m, const struct validators *v, char *why,
+static bool differs(const struct tbm_validators *m, const struct tbm_validators *v, char *why,
                     size_t whylen)
 {
     if (v->size != m->size)
@@ -459,15 +385,6 @@ static const char *status_name(long status)
     }
 }
 
-/* S3's error code in an error's XML body, cleaned. */
-static void error_code(struct response *r)
-{
-    const char *a = strstr(r->body, "<Code>"), *b = a ? strstr(a, "</Code>") : NULL;
-
-    if (b)
-        tbm_text_clean(r->code, sizeof(r->code), a + 6, (size_t)(b - a - 6));
-}
-
 /* A store's refusal of the credentials: 403, or how AWS says a session
  * token expired. */
 static bool refused(const struct response *r)
@@ -496,8 +413,8 @@ static enum outcome judge(struct http *h, struct response *r, CURLcode code, boo
     }
     if (status == 200 || status == 206) {
         pthread_mutex_lock(&h->lock);
-        if (r->v.has_size)
-            h->latest = r->v;
+        if (r->reply.v.has_size)
+            h->latest = r->reply.v;
         pthread_mutex_unlock(&h->lock);
     }
     if (status == 200) {
@@ -514,7 +431,7 @@ static enum outcome judge(struct http *h, struct response *r, CURLcode code, boo
         }
     }
     if (status != 206) {
-        error_code(r);
+        tbm_reply_error_code(r->body, r->body_len, r->code, sizeof(r->code));
         snprintf(why, whylen, "HTTP %ld%s%s%s%s", status, status_name(status),
                  r->code[0] ? " (" : "", r->code, r->code[0] ? ")" : "");
     }
@@ -524,26 +441,26 @@ static enum outcome judge(struct http *h, struct response *r, CURLcode code, boo
         return OUT_DENIED;
     if (status != 206)
         return OUT_FAIL;
-    if (!r->has_range) {
+    if (!r->reply.has_range) {
         snprintf(why, whylen, "HTTP 206 without a usable Content-Range");
         return OUT_FAIL;
     }
-    if (!at_open && differs(&h->mount, &r->v, why, whylen))
+    if (!at_open && differs(&h->mount, &r->reply.v, why, whylen))
         return OUT_CHANGED;
     if (r->too_long) {
         snprintf(why, whylen, "a body longer than its Content-Range");
         return OUT_RETRY;
     }
-    if (at_open ? r->last != r->v.size - 1 || r->last - r->first >= len
-                : r->first != first || r->last != first + len - 1) {
+    if (at_open ? r->reply.last != r->reply.v.size - 1 || r->reply.last - r->reply.first >= len
+                : r->reply.first != first || r->reply.last != first + len - 1) {
         snprintf(why, whylen, "Content-Range bytes %llu-%llu/%llu does not answer the range asked",
-                 (unsigned long long)r->first, (unsigned long long)r->last,
-                 (unsigned long long)r->v.size);
+                 (unsigned long long)r->reply.first, (unsigned long long)r->reply.last,
+                 (unsigned long long)r->reply.v.size);
         return OUT_FAIL;
     }
-    if (r->got != r->last - r->first + 1) {
+    if (r->got != r->reply.last - r->reply.first + 1) {
         snprintf(why, whylen, "a body of %zu bytes, shorter than its Content-Range's %llu", r->got,
-                 (unsigned long long)(r->last - r->first + 1));
+                 (unsigned long long)(r->reply.last - r->reply.first + 1));
         return OUT_RETRY;
     }
     return OUT_OK;
@@ -1193,14 +1110,14 @@ int tbm_source_open_http(const char *url, const struct tbm_http_options *opts,
         status = TBM_ERR_SOURCE;
         goto fail;
     }
-    h->mount = r.v;
-    h->latest = r.v;
-    h->tail_off = r.first;
+    h->mount = r.reply.v;
+    h->latest = r.reply.v;
+    h->tail_off = r.reply.first;
     h->tail_len = r.got;
-    h->src.id.size = r.v.size;
+    h->src.id.size = r.reply.v.size;
     snprintf(h->src.id.tag, sizeof(h->src.id.tag), "%s",
-             r.v.etag[0] ? r.v.etag : r.v.last_modified);
-    time_t lm = r.v.last_modified[0] ? curl_getdate(r.v.last_modified, NULL) : -1;
+             r.reply.v.etag[0] ? r.reply.v.etag : r.reply.v.last_modified);
+    time_t lm = r.reply.v.last_modified[0] ? curl_getdate(r.reply.v.last_modified, NULL) : -1;
     h->src.id.mtime.tv_sec = lm >= 0 ? lm : time(NULL);
     /* a reader may wait behind another's transfer: as long as its own */
     struct tbm_cache_fetcher f = {.ctx = h,
@@ -1209,7 +1126,7 @@ int tbm_source_open_http(const char *url, const struct tbm_http_options *opts,
                                   .fetch = fetch_block,
                                   .wait_limit = (unsigned)(deadline_ms(h) / 1000)};
     uint64_t cache = opts->cache_size ? opts->cache_size : TBM_HTTP_CACHE_DEFAULT;
-    if (tbm_cache_new(&f, r.v.size, cache, WORKERS, &h->cache) < 0) {
+    if (tbm_cache_new(&f, r.reply.v.size, cache, WORKERS, &h->cache) < 0) {
         snprintf(why, whylen, "out of memory");
         goto fail;
     }

@@ -135,8 +135,9 @@ class Hostile:
 class Nginx:
     """nginx serving root on 127.0.0.1; every request is a line of access.log."""
 
-    def __init__(self, prefix, root, workers=2, tls=False, ca=False):
+    def __init__(self, prefix, root, workers=2, tls=False, ca=False, autoindex=False):
         self.prefix = prefix
+        self.autoindex = autoindex  # directory listings, which rclone's http backend reads
         self.root = root
         self.workers = workers
         self.tls = tls or ca  # also serve https on tls_port, with a self-signed certificate
@@ -169,11 +170,13 @@ http {
   server {
     listen 127.0.0.1:%d;
     root %s;
+    %s
     location /moved/ { rewrite ^/moved/(.*)$ /$1 redirect; }
   }
 %s
 }
-""" % (self.workers, p, p, self.log, temps, self.port, self.root, self.tls_server())
+""" % (self.workers, p, p, self.log, temps, self.port, self.root,
+       "autoindex on;" if self.autoindex else "", self.tls_server())
 
     def tls_server(self):
         if not self.tls:
