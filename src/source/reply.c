@@ -57,6 +57,10 @@ static void content_range(struct tbm_reply *r, const char *p, size_t len)
 {
     uint64_t a, b, t;
 
+    /* the last Content-Range says it all: a range and a total of an
+     * earlier one must not outlive it */
+    r->has_range = r->v.has_size = false;
+    r->v.size = 0;
     p = trim(p, &len);
     const char *end = p + len;
     if (len < 6 || strncasecmp(p, "bytes ", 6) != 0)
