@@ -153,7 +153,8 @@ struct tbm_http_options {
 #define TBM_HTTP_CACHE_MIN     (2ull << 20)
 #define TBM_HTTP_TIMEOUT       30u
 /* A read waits for a transfer at most this many times the stall timeout
- * (90 s by default) in all, whatever the server sends. */
+ * (90 s by default; at least the timeout and 10 s) in all, whatever the
+ * server sends. */
 #define TBM_HTTP_DEADLINE_TIMEOUTS 3u
 
 /* Whether name is an http://, https:// or s3:// URL, which only

@@ -164,10 +164,15 @@ static size_t write_cb(char *data, size_t size, size_t nmemb, void *userdata)
 }
 
 /* A read waits for its transfers this long in all: a server that sends a
- * byte a second never stalls, yet must not hold a reader for ever. */
+ * byte a second never stalls, yet must not hold a reader for ever. libcurl
+ * measures a transfer's speed over its last 5 s, so a stall is seen some
+ * 5 s after the stall timeout: a short timeout (the tests') still leaves a
+ * stalled transfer a second try. */
 static long deadline_ms(const struct http *h)
 {
-    return h->timeout * (long)TBM_HTTP_DEADLINE_TIMEOUTS * 1000;
+    long n = h->timeout * (long)TBM_HTTP_DEADLINE_TIMEOUTS;
+
+    return (n > h->timeout + 10 ? n : h->timeout + 10) * 1000;
 }
 
 static long ms_since(const struct timespec *start)
