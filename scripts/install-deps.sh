@@ -19,24 +19,51 @@ S3RVER_PKG=@20minutes/s3rver@5.0.0
 install_s3rver() {
     [ -f "$S3RVER_DIR/node_modules/@20minutes/s3rver/package.json" ] && return 0
     echo "installing: $S3RVER_PKG into $S3RVER_DIR"
-    mkdir -p "$S3RVER_DIR"
+    $sudo mkdir -p "$S3RVER_DIR"
     for try in 1 2; do
-        timeout 300 npm install --no-audit --no-fund --loglevel=error --prefix "$S3RVER_DIR" \
+        timeout 300 $sudo npm install --no-audit --no-fund --loglevel=error --prefix "$S3RVER_DIR" \
             "$S3RVER_PKG" && return 0
         echo "npm install of $S3RVER_PKG failed (try $try)" >&2
     done
     return 1
 }
 
+# The llama.cpp test (tests/integration/test_llama.py) runs npm's node-llama-cpp, which
+# ships llama.cpp prebuilt for the CPU; it lives outside the source tree, and
+# NODE_LLAMA_CPP_SKIP_DOWNLOAD stops its install from fetching or building llama.cpp.
+LLAMA_DIR=${TBMFS_LLAMA_DIR:-/opt/tbmfs-test/llama}
+LLAMA_PACKAGES=(node-llama-cpp@3.21.1 @node-llama-cpp/linux-x64@3.21.1)
+
+sudo=""
+[ "$(id -u)" -eq 0 ] || sudo="sudo"
+
 missing=()
 for p in "${packages[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
-if [ ${#missing[@]} -ne 0 ]; then
+if [ ${#missing[@]} -gt 0 ]; then
     echo "installing: ${missing[*]}"
-    sudo=""
-    [ "$(id -u)" -eq 0 ] || sudo="sudo"
     $sudo apt-get update -qq
     DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
-install_s3rver
+
+install_s3rver || exit 1
+
+# One install of the npm packages, at most 5 minutes (one of three installs here hung).
+npm_install() {
+    NODE_LLAMA_CPP_SKIP_DOWNLOAD=true timeout 300 $sudo npm install --prefix "$LLAMA_DIR" \
+        --no-audit --no-fund --omit=optional --save-exact "${LLAMA_PACKAGES[@]}" >/dev/null
+}
+
+if [ ! -f "$LLAMA_DIR/node_modules/node-llama-cpp/package.json" ] ||
+    ! grep -q '"version": "3.21.1"' "$LLAMA_DIR/node_modules/node-llama-cpp/package.json"; then
+    if ! command -v npm >/dev/null; then
+        echo "npm not found: the llama.cpp test will be skipped (it needs Node.js 20 or later)"
+        exit 0
+    fi
+    echo "installing into $LLAMA_DIR: ${LLAMA_PACKAGES[*]}"
+    $sudo mkdir -p "$LLAMA_DIR"
+    [ -f "$LLAMA_DIR/package.json" ] ||
+        echo '{"name": "tbmfs-test-llama", "private": true}' | $sudo tee "$LLAMA_DIR/package.json" >/dev/null
+    npm_install || { echo "npm install failed or timed out; trying once more"; npm_install; }
+fi

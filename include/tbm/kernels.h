@@ -1,5 +1,5 @@
 /* Compute kernels over memory ranges: dense expansion, masking in place, mask
- * statistics and N:M sparse matmul. Pure functions (no I/O); each has a
+ * statistics, N:M sparse matmul and Q8_0 quantization. Pure functions (no I/O); each has a
  * portable C reference and AVX2/AVX-512 paths that must match it bit for bit. */
 #ifndef TBM_KERNELS_H
 #define TBM_KERNELS_H
@@ -102,5 +102,17 @@ void tbm_nm_free(struct tbm_nm_matrix *w);
  * written as the canonical quiet NaN, so every path is bit-identical. */
 void tbm_spmm(enum tbm_isa isa, const struct tbm_nm_matrix *w, const float *x, uint32_t batch,
               float *y);
+
+/* Elements of a Q8_0 block and its bytes: an F16 scale d, then 32 int8 q. */
+#define TBM_Q8_0_ELEMS 32
+#define TBM_Q8_0_BYTES 34
+
+/* Quantizes blocks * 32 float32 values at x to blocks Q8_0 blocks at out, as
+ * llama.cpp's quantize_row_q8_0_ref writes them (docs/MOUNT_LAYOUT.md,
+ * "llama.cpp views"): per block amax = max |x|, d = amax / 127, id = 1 / d (0
+ * when d is 0), q = roundf(x * id) (halves away from zero), d as F16 rounded
+ * to nearest even. A block holding a NaN or an infinity gets d = 0x7E00 (the
+ * F16 quiet NaN) and every q 0. Any alignment; x and out do not overlap. */
+void tbm_q8_0_quantize(enum tbm_isa isa, const float *x, size_t blocks, uint8_t *out);
 
 #endif

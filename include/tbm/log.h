@@ -5,6 +5,8 @@
 #ifndef TBM_LOG_H
 #define TBM_LOG_H
 
+#include <stdarg.h>
+
 enum tbm_log_level {
     TBM_LOG_ERROR,   /* a request or the program failed */
     TBM_LOG_WARNING, /* something the user should know; the work goes on */
@@ -25,5 +27,7 @@ int tbm_log_to_file(const char *path);
  * (%XX in their place) whatever it quotes, and "tbmfs: " leads it on stderr.
  * Safe from any thread. */
 void tbm_log(enum tbm_log_level level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void tbm_vlog(enum tbm_log_level level, const char *fmt, va_list ap)
+    __attribute__((format(printf, 2, 0)));
 
 #endif

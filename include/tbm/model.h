@@ -67,6 +67,19 @@ void tbm_model_stats_progress(const struct tbm_model *model, uint64_t *done, uin
  * warnings of its statistics included (which computes them). */
 size_t tbm_model_tensor_message_count(const struct tbm_model *model, size_t t, bool problems);
 
+/* A watch over the model's local files (inotify), so that a change to one
+ * is known as it happens rather than at the next read of it: the container
+ * or bare blob, or a manifest's directory. TBM_ERR_SOURCE when there is
+ * nothing local to watch (a URL) or the system refuses one. */
+struct tbm_watch;
+int tbm_model_watch_open(const struct tbm_model *model, struct tbm_watch **out);
+/* A descriptor that polls readable when events wait. */
+int tbm_watch_fd(const struct tbm_watch *watch);
+/* Reads the events that wait and checks the sources they name, one fstat
+ * each; returns how many of those are found changed now. */
+size_t tbm_watch_read(struct tbm_watch *watch);
+void tbm_watch_close(struct tbm_watch *watch);
+
 /* Message i of those. */
 const char *tbm_model_tensor_message(const struct tbm_model *model, size_t t, bool problems,
                                      size_t i);

@@ -111,6 +111,12 @@ int tbm_source_read_full(struct tbm_source *src, void *buf, size_t len, uint64_t
 void tbm_source_batch_begin(void);
 int tbm_source_batch_end(int status);
 
+/* Reads on this thread that would wait for a remote source's transfer fail
+ * with TBM_ERR_AGAIN instead, the transfer asked for, while on: so that a
+ * thread that serves everything never waits on a server. */
+void tbm_source_nowait(bool on);
+bool tbm_source_may_wait(void);
+
 /* Holds the len bytes at off (inside the source) where they are in memory,
  * so that they can be handed to the kernel without a copy: 1 with h filled
  * (let it go with tbm_source_release), 0 when the source cannot (read them

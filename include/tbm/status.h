@@ -14,7 +14,9 @@ enum tbm_status {
     TBM_ERR_NOATTR = -7,   /* no extended attribute of that name */
     TBM_ERR_CHANGED = -8,  /* the source changed in place since the mount */
     TBM_ERR_DENIED = -9,   /* the store refused the request's credentials */
-    TBM_ERR_TRANSFER = -10 /* a remote source's transfer failed: the next request tries again */
+    TBM_ERR_AGAIN = -10,   /* bytes of a remote source are on their way: ask again where a
+                            * wait is allowed (a read made with TBM_READ_NOWAIT) */
+    TBM_ERR_TRANSFER = -11 /* a remote source's transfer failed: the next request tries again */
 };
 
 #endif

@@ -51,12 +51,16 @@ const char *tbm_views_tensor_dir(const struct tbm_views *views, size_t t);
 long tbm_views_find_tensor(const struct tbm_views *views, const char *dir, size_t len);
 struct timespec tbm_views_mtime(const struct tbm_views *views);
 
-/* The path or URL of tensor t's source (a manifest's file, or the model's). */
-const char *tbm_views_source_name(const struct tbm_views *views, size_t t);
+/* Writes into buf the path or URL of tensor t's source: the model's, or a
+ * manifest's file under its directory. */
+void tbm_views_source_name(const struct tbm_views *views, size_t t, char *buf, size_t len);
 
 /* True once, the first time it is asked after tensor t's source changed in
  * place: then buf says how ("size 100 -> 80"), for the one log line. */
 bool tbm_views_change_report(const struct tbm_views *views, size_t t, char *buf, size_t len);
+
+/* A watch over the model's local files (tbm_model_watch_open). */
+int tbm_views_watch_open(const struct tbm_views *views, struct tbm_watch **out);
 
 /* The rows of a place, in listing order; i < tbm_view_count(place). */
 size_t tbm_view_count(enum tbm_view_place place);
@@ -86,6 +90,11 @@ bool tbm_view_slow(const struct tbm_view *view);
  * that an open is answered at once: cheap, one lookup, never renders. */
 bool tbm_view_ready(const struct tbm_views *views, const struct tbm_view *view, size_t t);
 
+/* Whether tensor t's statistics are computed, so that what needs them
+ * (user.tbm.density, header.json) is answered at once; computing them reads
+ * the whole tensor. */
+bool tbm_views_stats_ready(const struct tbm_views *views, size_t t);
+
 /* Whether the view can be served: false for the views of a broken tensor
  * that validation found unsafe. Such a view has size 0 and its reads fail
  * with TBM_ERR_BROKEN. */
@@ -105,16 +114,6 @@ int tbm_view_read(const struct tbm_views *views, const struct tbm_view *view, si
 int tbm_view_render(const struct tbm_views *views, const struct tbm_view *view, size_t t,
                     char **out, size_t *len);
 
-/* The content of a rendered view for one open, immutable and
- * reference-counted: views rendered once per mount (self-tests, statistics,
- * pictures) hand every open the same result, rendered on the first; others
- * are rendered for this open. Drop it with tbm_result_put. */
-struct tbm_result;
-int tbm_view_open_result(const struct tbm_views *views, const struct tbm_view *view, size_t t,
-                         struct tbm_result **out);
-const char *tbm_result_data(const struct tbm_result *result, size_t *len);
-void tbm_result_put(struct tbm_result *result);
-
 /* Where bytes of a view lie in the source, for views that can be bytes of it
  * as stored: raw.tb, weights.bin, mask.bin, the dense views of unmasked
  * float32 tensors past the .npy header, and the data of unmasked tensors in
@@ -125,24 +124,60 @@ struct tbm_source_range {
     size_t len;   /* short only at the end of the view */
 };
 
-/* Locates up to len bytes at off in the source, so that they can be handed
- * to the kernel without a copy (splice). Returns 1 and fills out for such
+/* Locates up to len bytes at off in the source, as tbm_file_read would
+ * splice them. Returns 1 and fills out for such
  * bytes; 0 for bytes that are computed, or a source with no descriptor (read
  * them with tbm_view_read); TBM_ERR_BROKEN as tbm_view_read; TBM_ERR_IO when
  * the source no longer holds the range (it has shrunk since the mount). */
 int tbm_view_locate(const struct tbm_views *views, const struct tbm_view *view, size_t t,
                     uint64_t off, size_t len, struct tbm_source_range *out);
 
-/* For a source with no descriptor whose bytes are in memory (an HTTP
- * source's cache): holds up to len bytes at off of the same views where
- * they are, so that they can be handed to the kernel without a copy.
- * Returns 1 with h (its pieces short only at the end of the view; let it
- * go with tbm_view_release once replied); 0 for bytes that are computed,
- * past the end, or not held (read them with tbm_view_read); an error as
- * tbm_view_read. */
-int tbm_view_hold(const struct tbm_views *views, const struct tbm_view *view, size_t t,
-                  uint64_t off, size_t len, struct tbm_source_hold *h);
-void tbm_view_release(struct tbm_source_hold *h);
+/* An open file: a view of a tensor as one open descriptor reads it. Whether
+ * the view can be served is decided once, here (TBM_ERR_BROKEN when not);
+ * a rendered view's content is taken here too: rendered for this open, or
+ * the one result of the mount for views rendered once. */
+struct tbm_file;
+int tbm_file_open(const struct tbm_views *views, const struct tbm_view *view, size_t t,
+                  struct tbm_file **out);
+void tbm_file_close(struct tbm_file *file);
+
+/* How the bytes of one read come back. */
+enum tbm_reply_kind {
+    TBM_REPLY_BYTES,  /* data and len: in the caller's buffer, or memory of the file's */
+    TBM_REPLY_SPLICE, /* range: bytes of a source's descriptor, to splice */
+    TBM_REPLY_HELD,   /* held: pieces of a remote source's cache, let go with tbm_reply_done */
+};
+
+struct tbm_reply {
+    enum tbm_reply_kind kind;
+    const char *data;
+    size_t len;
+    struct tbm_source_range range;
+    struct tbm_source *src; /* SPLICE: the source of range, for tbm_reply_check */
+    struct tbm_source_hold held;
+};
+
+/* The one call of a read: up to len bytes at off, short only at the end of
+ * the file. Bytes that lie as stored in a source come back as a range of its
+ * descriptor when flags allow one (see tbm_reply_check), else held where the source keeps them
+ * in memory; any other bytes are computed into buf (len bytes at least). A
+ * reply's data stays valid until the file is closed or tbm_reply_done. Fails
+ * with TBM_ERR_IO when the source cannot be read, TBM_ERR_CHANGED when it
+ * changed since the mount, TBM_ERR_AGAIN (with TBM_READ_NOWAIT) when it
+ * would wait for a remote source's transfer. */
+int tbm_file_read(struct tbm_file *file, uint64_t off, size_t len, char *buf, unsigned flags,
+                  struct tbm_reply *out);
+
+/* flags of tbm_file_read */
+#define TBM_READ_SPLICE 1u /* a descriptor range may be the reply */
+#define TBM_READ_NOWAIT 2u /* fail with TBM_ERR_AGAIN rather than wait for a transfer */
+
+/* For a SPLICE reply: 0 while its range is still the source's bytes as at
+ * the mount, else TBM_ERR_CHANGED or TBM_ERR_IO. The caller takes the
+ * source's pages first and checks after, so that a change between the two
+ * is never sent; the range is not checked by tbm_file_read. */
+int tbm_reply_check(const struct tbm_reply *reply);
+void tbm_reply_done(struct tbm_reply *reply);
 
 /* Extended attributes of tensor t's directory and of each of its files:
  * user.tbm.name (the true name), user.tbm.shape (e.g. "4096,4096"),

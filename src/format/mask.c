@@ -1,6 +1,6 @@
 /* Reading a tensor's mask in the contract's layout whatever its stored
- * layout: the Tensorbit tools write one byte per group for M > 8, and one
- * group short for a partial last group. */
+ * layout (the Tensorbit tools write one byte per group for M > 8, and one
+ * group short for a partial last group), alone or with its weights. */
 #include "internal.h"
 
 #include <string.h>
@@ -46,4 +46,16 @@ int tbm_mask_read(const struct tbm_tensor *t, uint64_t g0, uint64_t n, uint8_t *
         return r;
     tbm_mask_widen(t, n, buf, len);
     return 0;
+}
+
+int tbm_chunk_read(const struct tbm_tensor *t, uint64_t first, uint64_t n, void *weights,
+                   uint8_t *mask)
+{
+    size_t es = tbm_precision_size(t->hdr.precision);
+    uint32_t m = t->hdr.nm_m;
+    int r = tbm_source_read_full(t->src, weights, n * es, t->weights.off + first * es);
+
+    if (r < 0 || !mask || n == 0)
+        return r;
+    return tbm_mask_read(t, first / m, (first + n - 1) / m - first / m + 1, mask);
 }

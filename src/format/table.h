@@ -128,6 +128,10 @@ int tbm_tensor_stats_get(const struct tbm_model *model, size_t t,
 /* The same, NULL on a failure. */
 const struct tbm_tensor_stats *tbm_tensor_stats(const struct tbm_model *model, size_t t);
 
+/* Whether t's statistics are computed, so that tbm_tensor_stats returns at
+ * once. */
+bool tbm_tensor_stats_ready(const struct tbm_model *model, size_t t);
+
 /* Where the stored bytes of mask groups [g0, g0 + n) of t lie: *len bytes
  * at *off of t->src, fewer than n words when the layout stores fewer. */
 void tbm_mask_stored(const struct tbm_tensor *t, uint64_t g0, uint64_t n, uint64_t *off,
@@ -141,6 +145,13 @@ void tbm_mask_widen(const struct tbm_tensor *t, uint64_t n, uint8_t *buf, size_t
 
 /* Reads the n mask words of groups [g0, g0 + n) of t into buf. */
 int tbm_mask_read(const struct tbm_tensor *t, uint64_t g0, uint64_t n, uint8_t *buf);
+
+/* Reads a chunk of t: the stored weights of elements [first, first + n)
+ * into weights and, when mask is not NULL, the mask words of every group
+ * they touch, from group first / M on, into mask. The one way every view
+ * and the statistics read weights with their mask. */
+int tbm_chunk_read(const struct tbm_tensor *t, uint64_t first, uint64_t n, void *weights,
+                   uint8_t *mask);
 
 /* Index of the tensor whose directory name is dir (len bytes), or -1. */
 long tbm_model_find_dir(const struct tbm_model *model, const char *dir, size_t len);

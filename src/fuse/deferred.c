@@ -1,19 +1,29 @@
-/* Opens of the self-test files are answered by a thread of their own, one at
- * a time, so that self-tests never hold the workers that serve the rest; the
- * waiting openers' users are taken in turn, so that one user's many opens
- * cannot make another's wait behind all of them. */
+/* Requests that take seconds (opens of the self-test files; opens and
+ * extended attributes that need a tensor's statistics; reads that wait for a
+ * remote source's transfer) are answered by threads of their own, so that
+ * they never hold the workers that serve the rest; the waiting requests'
+ * users are taken in turn, so that one user's many requests cannot make
+ * another's wait behind them. */
 #include "fs.h"
 
 #include <errno.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
+
+enum job_kind { JOB_OPEN, JOB_XATTR, JOB_READ };
 
 struct job {
+    enum job_kind kind;
     fuse_req_t req;
-    struct fuse_file_info fi;
-    const struct tbm_view *view;
-    size_t t;
+    struct fuse_file_info fi;    /* an open's, a read's */
+    const struct tbm_view *view; /* an open's */
+    size_t t;                    /* an open's, an extended attribute's */
+    char *name;                  /* getxattr's name; NULL: listxattr */
+    size_t size;                 /* an extended attribute's, a read's */
+    fuse_ino_t ino;              /* a read's */
+    off_t off;
     uint64_t arrival; /* breaks ties between users never served */
     struct job *next;
 };
@@ -33,9 +43,13 @@ struct user {
  * is then bounded by the opens queued plus this. */
 #define IDLE_USERS 64
 
+/* Threads of one queue at most. */
+#define THREADS_MAX 16
+
 struct tbm_deferred {
     const struct tbm_fs *fs;
-    pthread_t thread;
+    pthread_t threads[THREADS_MAX];
+    unsigned nthreads;
     pthread_mutex_t lock;
     pthread_cond_t ready;
     struct user *users; /* those with opens queued, and the idle ones remembered */
@@ -43,6 +57,12 @@ struct tbm_deferred {
     uint64_t arrivals, runs;
     bool stopping;
 };
+
+static void free_job(struct job *j)
+{
+    free(j->name);
+    free(j);
+}
 
 /* Forgets the least recently served idle user while too many are kept. */
 static void forget_idle(struct tbm_deferred *d)
@@ -107,9 +127,13 @@ static void *run(void *arg)
     while ((j = take(d))) {
         if (fuse_req_interrupted(j->req))
             fuse_reply_err(j->req, EINTR);
+        else if (j->kind == JOB_OPEN)
+            tbm_fs_open_file(d->fs, j->req, &j->fi, j->view, j->t);
+        else if (j->kind == JOB_XATTR)
+            tbm_fs_reply_xattr(d->fs, j->req, j->t, j->name, j->size);
         else
-            tbm_fs_open_result(d->fs, j->req, &j->fi, j->view, j->t);
-        free(j);
+            tbm_fs_read(d->fs, j->req, j->ino, &j->fi, j->size, j->off, true);
+        free_job(j);
     }
     return NULL;
 }
@@ -145,11 +169,11 @@ static void on_interrupt(fuse_req_t req, void *arg)
     pthread_mutex_unlock(&d->lock);
     if (found) {
         fuse_reply_err(req, EINTR);
-        free(found);
+        free_job(found);
     }
 }
 
-int tbm_deferred_start(const struct tbm_fs *fs, struct tbm_deferred **out)
+int tbm_deferred_start(const struct tbm_fs *fs, unsigned threads, struct tbm_deferred **out)
 {
     struct tbm_deferred *d = calloc(1, sizeof(*d));
 
@@ -159,7 +183,10 @@ int tbm_deferred_start(const struct tbm_fs *fs, struct tbm_deferred **out)
     d->fs = fs;
     pthread_mutex_init(&d->lock, NULL);
     pthread_cond_init(&d->ready, NULL);
-    if (tbm_fs_thread(&d->thread, run, d) != 0) {
+    threads = threads > THREADS_MAX ? THREADS_MAX : threads;
+    while (d->nthreads < threads && tbm_fs_thread(&d->threads[d->nthreads], run, d) == 0)
+        d->nthreads++;
+    if (d->nthreads == 0) {
         pthread_cond_destroy(&d->ready);
         pthread_mutex_destroy(&d->lock);
         free(d);
@@ -188,15 +215,12 @@ static struct user *user_of(struct tbm_deferred *d, uid_t uid)
     return u;
 }
 
-bool tbm_deferred_push(struct tbm_deferred *d, fuse_req_t req, const struct fuse_file_info *fi,
-                       const struct tbm_view *view, size_t t)
+/* Queues j for its user; false when out of memory (j is then the caller's). */
+static bool push(struct tbm_deferred *d, struct job *j)
 {
-    struct job *j = malloc(sizeof(*j));
+    fuse_req_t req = j->req;
     struct user *u = NULL;
 
-    if (!j)
-        return false;
-    *j = (struct job){.req = req, .fi = *fi, .view = view, .t = t};
     fuse_req_interrupt_func(req, on_interrupt, d);
     /* An interrupt from now on finds the job queued; one that came before
      * has marked the request, and is answered here. */
@@ -216,12 +240,57 @@ bool tbm_deferred_push(struct tbm_deferred *d, fuse_req_t req, const struct fuse
     pthread_mutex_unlock(&d->lock);
     if (interrupted) {
         fuse_reply_err(req, EINTR);
-        free(j);
-    } else if (!u) {
+        free_job(j);
+    }
+    return interrupted || u;
+}
+
+bool tbm_deferred_push(struct tbm_deferred *d, fuse_req_t req, const struct fuse_file_info *fi,
+                       const struct tbm_view *view, size_t t)
+{
+    struct job *j = malloc(sizeof(*j));
+
+    if (!j)
+        return false;
+    *j = (struct job){.kind = JOB_OPEN, .req = req, .fi = *fi, .view = view, .t = t};
+    if (push(d, j))
+        return true;
+    free_job(j);
+    return false;
+}
+
+bool tbm_deferred_push_xattr(struct tbm_deferred *d, fuse_req_t req, size_t t, const char *name,
+                             size_t size)
+{
+    struct job *j = calloc(1, sizeof(*j));
+
+    if (!j || (name && !(j->name = strdup(name)))) {
         free(j);
         return false;
     }
-    return true;
+    j->kind = JOB_XATTR;
+    j->req = req;
+    j->t = t;
+    j->size = size;
+    if (push(d, j))
+        return true;
+    free_job(j);
+    return false;
+}
+
+bool tbm_deferred_push_read(struct tbm_deferred *d, fuse_req_t req, fuse_ino_t ino,
+                            const struct fuse_file_info *fi, size_t size, off_t off)
+{
+    struct job *j = malloc(sizeof(*j));
+
+    if (!j)
+        return false;
+    *j =
+        (struct job){.kind = JOB_READ, .req = req, .fi = *fi, .ino = ino, .size = size, .off = off};
+    if (push(d, j))
+        return true;
+    free_job(j);
+    return false;
 }
 
 void tbm_deferred_stop(struct tbm_deferred *d)
@@ -231,9 +300,10 @@ void tbm_deferred_stop(struct tbm_deferred *d)
     tbm_views_stop(d->fs->views);
     pthread_mutex_lock(&d->lock);
     d->stopping = true;
-    pthread_cond_signal(&d->ready);
+    pthread_cond_broadcast(&d->ready);
     pthread_mutex_unlock(&d->lock);
-    pthread_join(d->thread, NULL);
+    for (unsigned i = 0; i < d->nthreads; i++)
+        pthread_join(d->threads[i], NULL);
     /* The mount is going: what was never run is answered, which also frees
      * its request. */
     for (struct user *u = d->users, *unext; u; u = unext) {
@@ -241,7 +311,7 @@ void tbm_deferred_stop(struct tbm_deferred *d)
         for (struct job *j = u->head, *next; j; j = next) {
             next = j->next;
             fuse_reply_err(j->req, ENOTCONN);
-            free(j);
+            free_job(j);
         }
         free(u);
     }

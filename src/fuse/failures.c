@@ -26,15 +26,38 @@ static bool first_time(struct tbm_fs *fs, long tensor, const struct tbm_view *vi
     return fresh;
 }
 
-static void *invalidate(void *arg)
+/* Every file inode: for a container all its tensors changed, and for a
+ * manifest dropping the cache of a sound file only costs a re-read. */
+static void invalidate_all(struct tbm_fs *fs)
 {
-    struct tbm_fs *fs = arg;
-
-    /* Every file inode: for a container all its tensors changed, and for a
-     * manifest dropping the cache of a sound file only costs a re-read. */
     for (fuse_ino_t ino = FUSE_ROOT_ID + 1; ino < tbm_fs_last_ino(fs); ino++)
         fuse_lowlevel_notify_inval_inode(fs->se, ino, 0, 0);
+}
+
+static void *invalidate(void *arg)
+{
+    invalidate_all(arg);
     return NULL;
+}
+
+/* Logs tensor t's source once, when it is found changed; whether it was. */
+static bool report_change(struct tbm_fs *fs, size_t t)
+{
+    char what[256], name[4096];
+
+    if (!tbm_views_change_report(fs->views, t, what, sizeof(what)))
+        return false;
+    tbm_views_source_name(fs->views, t, name, sizeof(name));
+    tbm_log(TBM_LOG_ERROR, "%s changed since mount (%s): remount to see the new model", name, what);
+    return true;
+}
+
+void tbm_fs_sources_changed(struct tbm_fs *fs)
+{
+    for (size_t t = 0; t < fs->ntensors; t++)
+        report_change(fs, t);
+    if (fs->se)
+        invalidate_all(fs);
 }
 
 static const char *reason(int status)
@@ -53,18 +76,13 @@ static const char *reason(int status)
 
 void tbm_fs_failed(struct tbm_fs *fs, long tensor, const struct tbm_view *view, int status)
 {
-    char what[256];
     pthread_t thread;
 
-    if (status == TBM_ERR_CHANGED && tensor >= 0 &&
-        tbm_views_change_report(fs->views, (size_t)tensor, what, sizeof(what))) {
-        tbm_log(TBM_LOG_ERROR, "%s changed since mount (%s): remount to see the new model",
-                tbm_views_source_name(fs->views, (size_t)tensor), what);
-        /* Not from this request's thread: the kernel may hold the very
-         * pages whose read we are answering. */
-        if (fs->se && tbm_fs_thread(&thread, invalidate, fs) == 0)
-            pthread_detach(thread);
-    }
+    /* Not from this request's thread: the kernel may hold the very pages
+     * whose read we are answering. */
+    if (status == TBM_ERR_CHANGED && tensor >= 0 && report_change(fs, (size_t)tensor) && fs->se &&
+        tbm_fs_thread(&thread, invalidate, fs) == 0)
+        pthread_detach(thread);
     if (!first_time(fs, tensor, view, status))
         return;
     if (fs->failures.n > TBM_FS_LOGGED_MAX) {

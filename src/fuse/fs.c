@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/ioctl.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
@@ -383,21 +384,23 @@ int tbm_fs_thread(pthread_t *thread, void *(*fn)(void *), void *arg)
     return r;
 }
 
-void tbm_fs_open_result(const struct tbm_fs *fs, fuse_req_t req, struct fuse_file_info *fi,
-                        const struct tbm_view *view, size_t t)
+void tbm_fs_open_file(const struct tbm_fs *fs, fuse_req_t req, struct fuse_file_info *fi,
+                      const struct tbm_view *view, size_t t)
 {
-    struct tbm_result *s;
-    int r = tbm_view_open_result(fs->views, view, t, &s);
+    struct tbm_file *file;
+    int r = tbm_file_open(fs->views, view, t, &file);
+
     if (r < 0) {
         reply_failure(req, tbm_view_place(view) == TBM_VIEW_ROOT ? -1 : (long)t, view, r);
         return;
     }
-    /* every size is exact in stat and a result never changes: cache it */
+    /* every size is exact in stat and the bytes never change while the
+     * source does not: the kernel's cache of them lasts across opens */
     fi->keep_cache = 1;
-    fi->fh = (uint64_t)(uintptr_t)s;
-    /* Unanswered (the opener is gone), the open gets no release to drop s. */
+    fi->fh = (uint64_t)(uintptr_t)file;
+    /* Unanswered (the opener is gone), the open gets no release to close it. */
     if (fuse_reply_open(req, fi) != 0)
-        tbm_result_put(s);
+        tbm_file_close(file);
 }
 
 static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
@@ -424,27 +427,21 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
         return;
     }
     size_t t = node_tensor(&n);
-    if (!tbm_view_servable(fs->views, n.view, t)) {
-        reply_failure(req, n.tensor, n.view, TBM_ERR_BROKEN);
+    /* A rendered view not rendered yet may take seconds (a self-test, or
+     * statistics that read the whole tensor or model): answered on a thread
+     * of its own. A result already rendered is handed over here: queued, its
+     * open would wait for the work of others for nothing. */
+    struct tbm_deferred *queue = tbm_view_slow(n.view) ? fs->deferred : fs->stats;
+    if (tbm_view_rendered(n.view) && queue && !tbm_view_ready(fs->views, n.view, t) &&
+        tbm_deferred_push(queue, req, fi, n.view, t))
         return;
-    }
-    if (!tbm_view_rendered(n.view)) {
-        fi->keep_cache = 1;
-        fuse_reply_open(req, fi);
-        return;
-    }
-    /* A result already rendered is handed over here: queued, its open would
-     * wait for the self-tests of others for nothing. */
-    if (tbm_view_slow(n.view) && fs->deferred && !tbm_view_ready(fs->views, n.view, t) &&
-        tbm_deferred_push(fs->deferred, req, fi, n.view, t))
-        return;
-    tbm_fs_open_result(fs, req, fi, n.view, t);
+    tbm_fs_open_file(fs, req, fi, n.view, t);
 }
 
 static void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
     (void)ino;
-    tbm_result_put((struct tbm_result *)(uintptr_t)fi->fh);
+    tbm_file_close((struct tbm_file *)(uintptr_t)fi->fh);
     fuse_reply_err(req, 0);
 }
 
@@ -506,105 +503,192 @@ static char *thread_buf(size_t size)
     return data;
 }
 
-/* Replies with bytes of the source, spliced when they fill two pages or more
- * (libfuse copies smaller replies). */
-static void reply_source(fuse_req_t req, const struct tbm_source_range *src)
-{
-    struct fuse_bufvec bv = FUSE_BUFVEC_INIT(src->len);
+/* A worker's pipe for the source's pages of a spliced reply, sized for the
+ * largest; -1 when none can be had. */
+struct splice_pipe {
+    int fd[2];
+    size_t cap;
+};
 
-    if (src->fd < 0) {
-        fuse_reply_buf(req, NULL, 0);
-        return;
+static pthread_key_t pipe_key;
+static pthread_once_t pipe_once = PTHREAD_ONCE_INIT;
+
+static void close_pipe(struct splice_pipe *p)
+{
+    if (p->fd[0] >= 0) {
+        close(p->fd[0]);
+        close(p->fd[1]);
     }
-    bv.buf[0].flags = FUSE_BUF_IS_FD | FUSE_BUF_FD_SEEK;
-    bv.buf[0].fd = src->fd;
-    bv.buf[0].pos = (off_t)src->pos;
-    fuse_reply_data(req, &bv, 0);
+    p->fd[0] = p->fd[1] = -1;
+    p->cap = 0;
+}
+
+static void free_pipe(void *arg)
+{
+    close_pipe(arg);
+    free(arg);
+}
+
+static void make_pipe_key(void)
+{
+    pthread_key_create(&pipe_key, free_pipe);
+}
+
+static struct splice_pipe *thread_pipe(size_t len)
+{
+    pthread_once(&pipe_once, make_pipe_key);
+    struct splice_pipe *p = pthread_getspecific(pipe_key);
+    if (!p) {
+        if (!(p = malloc(sizeof(*p))))
+            return NULL;
+        p->fd[0] = p->fd[1] = -1;
+        p->cap = 0;
+        if (pthread_setspecific(pipe_key, p) != 0) {
+            free(p);
+            return NULL;
+        }
+    }
+    if (p->fd[0] < 0 && pipe2(p->fd, O_CLOEXEC) != 0)
+        return NULL;
+    /* A page spliced in takes a whole slot of the pipe, however little of
+     * it the range covers: a range that starts inside a page spans one
+     * page more than its length. */
+    size_t need = len + 2 * 4096;
+    if (p->cap < need) {
+        int cap = fcntl(p->fd[1], F_SETPIPE_SZ, (int)need);
+        if (cap < 0 || (size_t)cap < need)
+            return NULL;
+        p->cap = (size_t)cap;
+    }
+    return p;
+}
+
+/* Moves the source's pages of range into p: how many bytes. */
+static ssize_t fill_pipe(struct splice_pipe *p, const struct tbm_source_range *range)
+{
+    loff_t pos = (loff_t)range->pos;
+    size_t done = 0;
+
+    while (done < range->len) {
+        ssize_t n = splice(range->fd, &pos, p->fd[1], NULL, range->len - done,
+                           SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0)
+            return -1;
+        if (n == 0)
+            break;
+        done += (size_t)n;
+    }
+    return (ssize_t)done;
+}
+
+/* Replies with bytes of the source, spliced: the source's pages are taken
+ * into a pipe first and the source checked after, so that a change made
+ * before they were taken is never sent (one made between the check and the
+ * kernel's copy to the reader still can be: the pipe holds the pages, not a
+ * copy of them). Returns 0 once answered, the failure to answer with, or 1
+ * when the bytes are better read (a small reply) or the pages could not be
+ * taken (no pipe, or the pipe refused them). */
+static int reply_splice(fuse_req_t req, const struct tbm_reply *reply)
+{
+    const struct tbm_source_range *range = &reply->range;
+    struct splice_pipe *p = range->len < 2 * 4096 ? NULL : thread_pipe(range->len);
+    struct fuse_bufvec bv = FUSE_BUFVEC_INIT(range->len);
+    ssize_t got;
+    int r, left = 0;
+
+    /* As libfuse does: a reply of less than two pages is copied, not
+     * spliced, and costs less so. */
+    if (range->len < 2 * 4096 || !p)
+        return 1;
+    got = fill_pipe(p, range);
+    if (got < 0) {
+        close_pipe(p);
+        return 1;
+    }
+    r = tbm_reply_check(reply);
+    if (r == 0 && (size_t)got != range->len)
+        r = TBM_ERR_IO;
+    if (r == 0) {
+        bv.buf[0].size = (size_t)got;
+        bv.buf[0].flags = FUSE_BUF_IS_FD;
+        bv.buf[0].fd = p->fd[0];
+        fuse_reply_data(req, &bv, FUSE_BUF_SPLICE_MOVE);
+    }
+    /* whatever was not sent must not lead the next reply */
+    if (ioctl(p->fd[0], FIONREAD, &left) != 0 || left != 0)
+        close_pipe(p);
+    return r;
 }
 
 /* Replies with bytes held in a remote source's cache, written to the kernel
  * from where they are: the write copies them before it returns, so the
  * hold need last no longer. */
-static void reply_held(fuse_req_t req, struct tbm_source_hold *h)
+static void reply_held(fuse_req_t req, const struct tbm_source_hold *h)
 {
     struct iovec iov[TBM_SOURCE_PIECES];
 
     for (size_t i = 0; i < h->n; i++)
         iov[i] = (struct iovec){(void *)(uintptr_t)h->piece[i].data, h->piece[i].len};
     fuse_reply_iov(req, iov, (int)h->n);
-    tbm_view_release(h);
 }
 
-/* A rendered view's content is copied out too: the reader may close the
- * file, and its release drop the result, the moment our reply reaches the
- * kernel. */
-static void read_result(fuse_req_t req, const struct tbm_result *s, size_t size, off_t off)
+/* One call into the views per read; what comes back says how to reply. A
+ * rendered view's bytes are written from its result: the write copies them
+ * before it returns, and the file's release cannot come before the reply. */
+void tbm_fs_read(const struct tbm_fs *fs, fuse_req_t req, fuse_ino_t ino,
+                 const struct fuse_file_info *fi, size_t size, off_t off, bool may_wait)
 {
-    char *buf = thread_buf(size);
-    size_t len;
-    const char *data = tbm_result_data(s, &len);
-
-    if (!buf) {
-        fuse_reply_err(req, ENOMEM);
-        return;
-    }
-    size_t start = (uint64_t)off < len ? (size_t)off : len;
-    size_t got = len - start < size ? len - start : size;
-    memcpy(buf, data + start, got);
-    fuse_reply_buf(req, buf, got);
-}
-
-static void read_view(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off)
-{
-    const struct tbm_fs *fs = fs_of(req);
-    struct tbm_source_range src;
-    struct tbm_source_hold held;
+    struct tbm_file *file = (struct tbm_file *)(uintptr_t)fi->fh;
+    unsigned flags = (fs->splice ? TBM_READ_SPLICE : 0) | (may_wait ? 0 : TBM_READ_NOWAIT);
+    struct tbm_reply reply;
     struct node n;
-    size_t got = 0;
-    int r;
-
-    if (!decode_ino(fs, ino, &n) || n.dir) {
-        fuse_reply_err(req, EIO);
-        return;
-    }
-    size_t t = node_tensor(&n);
-    if (fs->splice) {
-        r = tbm_view_locate(fs->views, n.view, t, (uint64_t)off, size, &src);
-        if (r < 0)
-            reply_failure(req, n.tensor, n.view, r);
-        else if (r > 0)
-            reply_source(req, &src);
-        if (r != 0)
-            return;
-    }
-    r = tbm_view_hold(fs->views, n.view, t, (uint64_t)off, size, &held);
-    if (r < 0)
-        reply_failure(req, n.tensor, n.view, r);
-    else if (r > 0)
-        reply_held(req, &held);
-    if (r != 0)
-        return;
     char *buf = thread_buf(size);
+
     if (!buf) {
         fuse_reply_err(req, ENOMEM);
         return;
     }
-    r = tbm_view_read(fs->views, n.view, t, buf, (uint64_t)off, size, &got);
-    if (r < 0)
-        reply_failure(req, n.tensor, n.view, r);
-    else
-        fuse_reply_buf(req, buf, got);
+    int r = tbm_file_read(file, (uint64_t)off, size, buf, flags, &reply);
+    if (r == 0 && reply.kind == TBM_REPLY_SPLICE && (r = reply_splice(req, &reply)) == 0)
+        return;
+    if (r == 1)
+        r = tbm_file_read(file, (uint64_t)off, size, buf, flags & ~TBM_READ_SPLICE, &reply);
+    if (r == TBM_ERR_AGAIN) {
+        if (fs->transfers && tbm_deferred_push_read(fs->transfers, req, ino, fi, size, off))
+            return;
+        r = tbm_file_read(file, (uint64_t)off, size, buf, flags & ~TBM_READ_NOWAIT, &reply);
+    }
+    if (r < 0) {
+        if (decode_ino(fs, ino, &n))
+            reply_failure(req, n.tensor, n.view, r);
+        else
+            fuse_reply_err(req, status_errno(r));
+        return;
+    }
+    switch (reply.kind) {
+    case TBM_REPLY_SPLICE: /* answered above */
+        break;
+    case TBM_REPLY_HELD:
+        reply_held(req, &reply.held);
+        break;
+    case TBM_REPLY_BYTES:
+        fuse_reply_buf(req, reply.data, reply.len);
+        break;
+    }
+    tbm_reply_done(&reply);
 }
 
+/* A worker never waits for a remote source's transfer while there are
+ * threads to wait for it: a stalled server would otherwise take every
+ * worker, and with them the files that need no transfer. */
 static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
                     struct fuse_file_info *fi)
 {
-    const struct tbm_result *s = (const struct tbm_result *)(uintptr_t)fi->fh;
+    const struct tbm_fs *fs = fs_of(req);
 
-    if (s)
-        read_result(req, s, size, off);
-    else
-        read_view(req, ino, size, off);
+    tbm_fs_read(fs, req, ino, fi, size, off, fs->transfers == NULL);
 }
 
 static void op_statfs(fuse_req_t req, fuse_ino_t ino)
@@ -681,28 +765,21 @@ static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_
     erofs(req);
 }
 
-/* Attributes live on tensor directories and their files; the root's files
- * and directories have none. size 0 asks for the length alone. */
-static void op_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t size)
+void tbm_fs_reply_xattr(const struct tbm_fs *fs, fuse_req_t req, size_t t, const char *name,
+                        size_t size)
 {
-    const struct tbm_fs *fs = fs_of(req);
-    struct node n;
-    size_t len;
-
-    if (!decode_ino(fs, ino, &n)) {
-        fuse_reply_err(req, ENOENT);
-        return;
-    }
-    if (n.tensor < 0) {
-        fuse_reply_err(req, ENODATA);
-        return;
-    }
+    size_t len = name ? 0 : tbm_xattr_list(fs->views, t, NULL, 0);
     char *buf = size ? malloc(size) : NULL;
+    int r = 0;
+
     if (size && !buf) {
         fuse_reply_err(req, ENOMEM);
         return;
     }
-    int r = tbm_xattr_get(fs->views, (size_t)n.tensor, name, buf, size, &len);
+    if (name)
+        r = tbm_xattr_get(fs->views, t, name, buf, size, &len);
+    else if (size >= len)
+        tbm_xattr_list(fs->views, t, buf, size);
     if (r < 0)
         fuse_reply_err(req, status_errno(r));
     else if (size == 0)
@@ -714,7 +791,11 @@ static void op_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t
     free(buf);
 }
 
-static void op_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
+/* Attributes live on tensor directories and their files; the root's files
+ * and directories have none. size 0 asks for the length alone. Whether
+ * user.tbm.density is there, and its value, need the tensor's statistics:
+ * until they are computed, on the statistics' thread. */
+static void xattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t size)
 {
     const struct tbm_fs *fs = fs_of(req);
     struct node n;
@@ -723,25 +804,30 @@ static void op_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
         fuse_reply_err(req, ENOENT);
         return;
     }
-    size_t t = n.tensor < 0 ? 0 : (size_t)n.tensor;
-    size_t need = n.tensor < 0 ? 0 : tbm_xattr_list(fs->views, t, NULL, 0);
-    if (size == 0) {
-        fuse_reply_xattr(req, need);
+    if (n.tensor < 0) {
+        if (name)
+            fuse_reply_err(req, ENODATA);
+        else if (size == 0)
+            fuse_reply_xattr(req, 0);
+        else
+            fuse_reply_buf(req, NULL, 0);
         return;
     }
-    if (need > size) {
-        fuse_reply_err(req, ERANGE);
+    size_t t = (size_t)n.tensor;
+    if (fs->stats && !tbm_views_stats_ready(fs->views, t) &&
+        tbm_deferred_push_xattr(fs->stats, req, t, name, size))
         return;
-    }
-    char *buf = malloc(need ? need : 1);
-    if (!buf) {
-        fuse_reply_err(req, ENOMEM);
-        return;
-    }
-    if (need)
-        tbm_xattr_list(fs->views, t, buf, need);
-    fuse_reply_buf(req, buf, need);
-    free(buf);
+    tbm_fs_reply_xattr(fs, req, t, name, size);
+}
+
+static void op_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t size)
+{
+    xattr(req, ino, name, size);
+}
+
+static void op_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
+{
+    xattr(req, ino, NULL, size);
 }
 
 static void op_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name, const char *value,

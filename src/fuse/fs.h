@@ -11,6 +11,7 @@
 #include "tbm/view.h"
 
 struct tbm_deferred;
+struct tbm_fs_watch;
 
 /* Distinct failures remembered (and so logged once each); past this many,
  * one line says that further ones go unlogged. */
@@ -35,13 +36,16 @@ struct tbm_fs {
     fuse_ino_t first_tensor;                   /* inode of the first tensor's directory */
     uid_t uid;                                 /* owner of every file and directory */
     gid_t gid;
-    mode_t file_mode, dir_mode;    /* permission bits of every file, every directory */
-    unsigned max_read;             /* bytes per read request, as given in the mount options */
-    bool splice;                   /* byte ranges of the source are spliced: wanted, then
-                                    * kept by init only if the kernel and pipe allow */
-    struct tbm_deferred *deferred; /* answers the self-test opens; NULL: inline */
-    struct fuse_session *se;       /* for the kernel-cache notifications */
-    bool debug;                    /* -d: name the file of each node opened */
+    mode_t file_mode, dir_mode;     /* permission bits of every file, every directory */
+    unsigned max_read;              /* bytes per read request, as given in the mount options */
+    bool splice;                    /* byte ranges of the source are spliced: wanted, then
+                                     * kept by init only if the kernel and pipe allow */
+    struct tbm_deferred *deferred;  /* answers the self-test opens; NULL: inline */
+    struct tbm_deferred *stats;     /* answers what waits for statistics; NULL: inline */
+    struct tbm_deferred *transfers; /* reads that wait for a remote source; NULL: inline */
+    struct tbm_fs_watch *watch;     /* the watch of the local files; NULL: none */
+    struct fuse_session *se;        /* for the kernel-cache notifications */
+    bool debug;                     /* -d: name the file of each node opened */
     struct tbm_fs_failures failures;
 };
 
@@ -54,6 +58,17 @@ fuse_ino_t tbm_fs_last_ino(const struct tbm_fs *fs);
  * tree dropped. */
 void tbm_fs_failed(struct tbm_fs *fs, long tensor, const struct tbm_view *view, int status);
 
+/* Logs, once each, the sources found changed since the mount and drops the
+ * kernel's cache of every file of the tree. From a thread that serves no
+ * request: the kernel may hold the very pages a request is answering. */
+void tbm_fs_sources_changed(struct tbm_fs *fs);
+
+/* A thread that watches the model's local files and calls
+ * tbm_fs_sources_changed as soon as one changes; none for a URL. Start it
+ * after fuse_daemonize; stop (NULL allowed) before the session goes. */
+int tbm_fs_watch_start(struct tbm_fs *fs, struct tbm_fs_watch **out);
+void tbm_fs_watch_stop(struct tbm_fs_watch *watch);
+
 /* Sets the views of fs and the inode layout that follows from the table. */
 void tbm_fs_init(struct tbm_fs *fs, struct tbm_views *views);
 
@@ -65,20 +80,38 @@ extern const struct fuse_lowlevel_ops tbm_fs_ops;
  * for the loop's thread, which they stop (libfuse's workers block them too). */
 int tbm_fs_thread(pthread_t *thread, void *(*fn)(void *), void *arg);
 
-/* Renders view of tensor t for an open and answers req: fuse_reply_open
- * with the result in fi->fh, or the error. */
-void tbm_fs_open_result(const struct tbm_fs *fs, fuse_req_t req, struct fuse_file_info *fi,
-                        const struct tbm_view *view, size_t t);
+/* Answers a read of the open file in fi. A read that would wait for a
+ * remote source's transfer goes to fs->transfers unless may_wait. */
+void tbm_fs_read(const struct tbm_fs *fs, fuse_req_t req, fuse_ino_t ino,
+                 const struct fuse_file_info *fi, size_t size, off_t off, bool may_wait);
 
-/* A thread that answers, one at a time, the opens of views that are generated
- * when opened (the self-tests), so that a self-test never holds a FUSE
- * worker: ten readers of selftest files would otherwise hold them all. It
- * takes the waiting openers' users in turn: the next open is that of the user
+/* Answers a getxattr of name (listxattr when name is NULL) on tensor t's
+ * directory or files, size bytes at most (0: the length alone). */
+void tbm_fs_reply_xattr(const struct tbm_fs *fs, fuse_req_t req, size_t t, const char *name,
+                        size_t size);
+
+/* Opens view of tensor t (rendering it, for a rendered view) and answers
+ * req: fuse_reply_open with the open file in fi->fh, or the error. */
+void tbm_fs_open_file(const struct tbm_fs *fs, fuse_req_t req, struct fuse_file_info *fi,
+                      const struct tbm_view *view, size_t t);
+
+/* A queue of requests answered by threads of their own (threads of them,
+ * 1 to 16), so that requests that take seconds never hold the FUSE workers:
+ * ten readers of selftest files would otherwise hold them all. It takes the
+ * waiting requests' users in turn: the next request is that of the user
  * served least recently (of those never served, the earliest asked). */
-int tbm_deferred_start(const struct tbm_fs *fs, struct tbm_deferred **out);
-/* Queues an open for tbm_fs_open_result; false when out of memory. */
+int tbm_deferred_start(const struct tbm_fs *fs, unsigned threads, struct tbm_deferred **out);
+/* Queues an open for tbm_fs_open_file; false when out of memory. */
 bool tbm_deferred_push(struct tbm_deferred *d, fuse_req_t req, const struct fuse_file_info *fi,
                        const struct tbm_view *view, size_t t);
+/* Queues a getxattr (name) or listxattr (name NULL) of tensor t's files
+ * for tbm_fs_reply_xattr; false when out of memory. */
+bool tbm_deferred_push_xattr(struct tbm_deferred *d, fuse_req_t req, size_t t, const char *name,
+                             size_t size);
+/* Queues a read for tbm_fs_read, which may wait there; false when out of
+ * memory. */
+bool tbm_deferred_push_read(struct tbm_deferred *d, fuse_req_t req, fuse_ino_t ino,
+                            const struct fuse_file_info *fi, size_t size, off_t off);
 /* Stops the self-test under way (a root report between two tensors), answers
  * the opens still queued with ENOTCONN and frees d (which may be NULL). */
 void tbm_deferred_stop(struct tbm_deferred *d);

@@ -40,6 +40,11 @@ void tbm_mask_count_avx2(enum tbm_precision prec, const void *weights, const uin
 void tbm_mask_count_avx512(enum tbm_precision prec, const void *weights, const uint8_t *mask,
                            uint32_t n, uint32_t m, uint64_t count, struct tbm_mask_stats *acc);
 
+/* Per-level bodies of tbm_q8_0_quantize. */
+void tbm_q8_0_scalar(const float *x, size_t blocks, uint8_t *out);
+void tbm_q8_0_avx2(const float *x, size_t blocks, uint8_t *out);
+void tbm_q8_0_avx512(const float *x, size_t blocks, uint8_t *out);
+
 /* tbm_precision_size for the four precisions, visible to the compiler so
  * that loops specialised on a precision get a constant. */
 static inline size_t tbm_element_size(enum tbm_precision prec)
@@ -74,6 +79,62 @@ static inline uint32_t tbm_f16_bits(uint16_t h)
 static inline uint32_t tbm_bf16_bits(uint16_t h)
 {
     return (uint32_t)h << 16;
+}
+
+/* fp16 bits of the float32 whose bits are f, as x86 F16C (vcvtps2ph, round
+ * to nearest even) gives them: too large for fp16 becomes infinity, a NaN
+ * keeps the top of its payload and is made quiet. */
+static inline uint16_t tbm_f16_from_bits(uint32_t f)
+{
+    uint16_t sign = (uint16_t)(f >> 16 & 0x8000);
+    uint32_t abs = f & 0x7FFFFFFF;
+
+    if (abs > 0x7F800000)
+        return sign | 0x7E00 | (uint16_t)(abs >> 13 & 0x3FF);
+    if (abs >= 0x477FF000) /* 65520 and up: past the tie with 65504 */
+        return sign | 0x7C00;
+    if (abs >= 0x38800000) { /* a normal fp16: the exponent rebiased by 112 */
+        uint32_t r = abs - 0x38000000;
+        return sign | (uint16_t)((r + 0xFFF + (r >> 13 & 1)) >> 13);
+    }
+    if (abs < 0x33000000) /* below 2^-25, or the tie at it: +-0 */
+        return sign;
+    /* a subnormal fp16, in units of 2^-24: the significand shifted by 14 to 24 */
+    uint32_t e = abs >> 23, sig = (abs & 0x7FFFFF) | 0x800000, shift = 126 - e;
+    uint32_t q = sig >> shift, rem = sig & ((1u << shift) - 1), half = 1u << (shift - 1);
+    return sign | (uint16_t)(q + (rem > half || (rem == half && (q & 1))));
+}
+
+/* The Q8_0 scale of a block of finite values whose largest |x| is amax: d
+ * as fp16 bits, and in *id the multiplier of every value. Where 1 / d is
+ * infinite (amax below about 2^-121, d then 0 as fp16), llama.cpp's
+ * reference multiplies to +-inf or NaN and converts that to int8 as x86 does,
+ * giving 0: id 0 gives the same. */
+static inline uint16_t tbm_q8_0_scale(float amax, float *id)
+{
+    float d = amax / 127.0f;
+    float inv = d != 0.0f ? 1.0f / d : 0.0f;
+    uint32_t bits;
+
+    memcpy(&bits, &d, sizeof bits);
+    *id = inv > 3.40282347e38f ? 0.0f : inv;
+    return tbm_f16_from_bits(bits);
+}
+
+/* What a block holding a NaN or an infinity gets: the F16 quiet NaN as d and
+ * every q 0, so that the fault reaches the model's output. */
+static inline void tbm_q8_0_nonfinite(uint8_t *out)
+{
+    out[0] = 0x00;
+    out[1] = 0x7E;
+    memset(out + 2, 0, TBM_Q8_0_ELEMS);
+}
+
+/* Stores d, little-endian, at the start of a block. */
+static inline void tbm_q8_0_store_d(uint8_t *out, uint16_t d)
+{
+    out[0] = (uint8_t)d;
+    out[1] = (uint8_t)(d >> 8);
 }
 
 /* The bits of a group's word that name elements: 0 .. m-1. */

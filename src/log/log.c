@@ -86,16 +86,26 @@ static void write_all(int fd, const char *line, size_t len)
 
 void tbm_log(enum tbm_log_level level, const char *fmt, ...)
 {
-    char raw[2048], text[2048], line[2200];
     va_list ap;
-    int n;
 
     va_start(ap, fmt);
-    n = vsnprintf(raw, sizeof(raw), fmt, ap);
+    tbm_vlog(level, fmt, ap);
     va_end(ap);
+}
+
+void tbm_vlog(enum tbm_log_level level, const char *fmt, va_list ap)
+{
+    char raw[2048], text[2048], line[2200];
+    int n = vsnprintf(raw, sizeof(raw), fmt, ap);
+    size_t len;
+
     if (n < 0)
         return;
-    tbm_text_clean(text, sizeof(text), raw, strnlen(raw, sizeof(raw)));
+    /* libfuse's lines end in a newline of their own */
+    len = strnlen(raw, sizeof(raw));
+    while (len > 0 && raw[len - 1] == '\n')
+        len--;
+    tbm_text_clean(text, sizeof(text), raw, len);
     pthread_mutex_lock(&lock);
     switch (dest) {
     case DEST_SYSLOG:

@@ -317,9 +317,10 @@ static int wait_done(struct tbm_cache *c, const struct timespec *until)
 }
 
 /* The slot of block, filled, with a reference held; called and returns
- * with the lock held. 1 instead of waiting for a slot unless may_wait. A
- * reader gives up at until, or when the program stops, leaving the block
- * to its transfer. */
+ * with the lock held. 1 instead of waiting for a slot unless may_wait;
+ * TBM_ERR_AGAIN instead of any wait on a thread that may not wait
+ * (tbm_source_nowait), the block asked for. A reader gives up at until, or
+ * when the program stops, leaving the block to its transfer. */
 static int acquire(struct tbm_cache *c, uint64_t block, bool may_wait, const struct timespec *until,
                    struct slot **out)
 {
@@ -329,6 +330,8 @@ static int acquire(struct tbm_cache *c, uint64_t block, bool may_wait, const str
         struct slot *s = lookup(c, block);
         if (!s) {
             if (!(s = take_slot(c, false))) {
+                if (!tbm_source_may_wait())
+                    return TBM_ERR_AGAIN;
                 if (!may_wait)
                     return 1;
                 c->slot_waiters++;
@@ -344,6 +347,12 @@ static int acquire(struct tbm_cache *c, uint64_t block, bool may_wait, const str
             list_del(&s->link);
             list_append(&c->demand_q, &s->link);
             s->demand = true;
+        }
+        /* asked for first, so that the thread that may wait finds it on
+         * its way or done */
+        if ((s->state == SLOT_QUEUED || s->state == SLOT_LOADING) && !tbm_source_may_wait()) {
+            start_workers(c);
+            return TBM_ERR_AGAIN;
         }
         s->refs++;
         s->used = true;

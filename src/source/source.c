@@ -106,13 +106,25 @@ static bool batched(struct tbm_source *src)
     return true;
 }
 
+static __thread bool nowait;
+
+void tbm_source_nowait(bool on)
+{
+    nowait = on;
+}
+
+bool tbm_source_may_wait(void)
+{
+    return !nowait;
+}
+
 int tbm_source_read_full(struct tbm_source *src, void *buf, size_t len, uint64_t off)
 {
     size_t got;
     int r = src->ops->read(src, buf, len, off, &got);
 
     if (r < 0 && r != TBM_ERR_IO)
-        return r;
+        return r; /* TBM_ERR_AGAIN among them: nothing was read */
     if (batched(src))
         return r < 0 ? r : got == len ? 0 : TBM_ERR_IO;
     /* a short read because the file shrank is the change, said as such */

@@ -41,22 +41,14 @@ bool tbm_dense_servable(const struct tbm_views *v, size_t i)
 static int expand_chunk(const struct tbm_views *v, const struct tbm_tensor *t, struct scratch *s,
                         uint64_t first, size_t count, float *out)
 {
-    size_t es = tbm_precision_size(t->hdr.precision);
     void *w = t->hdr.precision == TBM_FP32 ? (void *)out : s->weights;
-    const uint8_t *mask = NULL;
-    uint32_t m = t->hdr.nm_m;
-    int r;
+    uint8_t *mask = t->mask_usable ? s->mask : NULL;
+    int r = tbm_chunk_read(t, first, count, w, mask);
 
-    if ((r = tbm_source_read_full(t->src, w, count * es, t->weights.off + first * es)) < 0)
+    if (r < 0)
         return r;
-    if (t->mask_usable) {
-        uint64_t g0 = first / m, g1 = (first + count - 1) / m;
-        if ((r = tbm_mask_read(t, g0, g1 - g0 + 1, s->mask)) < 0)
-            return r;
-        mask = s->mask;
-    }
     if (w != out || mask)
-        tbm_expand(v->model->isa, t->hdr.precision, w, mask, m, first, count, out);
+        tbm_expand(v->model->isa, t->hdr.precision, w, mask, t->hdr.nm_m, first, count, out);
     return 0;
 }
 
@@ -148,66 +140,51 @@ int tbm_f32_read(const struct tbm_views *v, size_t t, char *buf, uint64_t off, s
 #define NPY_PREFIX "{'descr': '<f4', 'fortran_order': False, 'shape': ("
 #define NPY_SUFFIX "), }"
 
-static size_t digits(uint64_t v)
+/* The .npy shape: the layout's (the index's when it describes num_weights)
+ * when it fits the header, else 1-D. */
+static size_t npy_dims(const struct tbm_tensor *t, const uint64_t **dims)
 {
-    size_t n = 1;
+    size_t room = NPY_MAX - 10 - 64 - (sizeof(NPY_PREFIX) - 1);
+    size_t n = tbm_shape_dims(t, true, dims);
 
-    while (v >= 10) {
-        v /= 10;
-        n++;
-    }
-    return n;
+    if (n * 22 + 8 < room)
+        return n;
+    *dims = &t->hdr.num_weights;
+    return 1;
 }
 
-/* Whether the .npy shape is the index's (it describes num_weights and fits
- * the header), else a 1-D shape; and the length of the dict's text. */
-static size_t npy_dict_len(const struct tbm_tensor *t, bool *own)
+/* The dict's text: prefix, the shape as a Python tuple ("(5,)" for one
+ * dimension), suffix. Written into out when cap allows; its length. */
+static size_t npy_dict(const struct tbm_tensor *t, char *out, size_t cap)
 {
-    size_t room = NPY_MAX - 10 - 64;
-    size_t n = sizeof(NPY_PREFIX) - 1;
+    const uint64_t *dims;
+    size_t nd = npy_dims(t, &dims), n = sizeof(NPY_PREFIX) - 1;
+    size_t shape = tbm_shape_text(dims, nd, ", ", NULL, 0) + (nd == 1);
 
-    *own = t->shape_matches && n + t->ndim * 22 + 8 < room;
-    if (*own) {
-        for (size_t k = 0; k < t->ndim; k++)
-            n += digits(t->shape[k]) + 2;
-        if (t->ndim > 0)
-            n -= t->ndim == 1 ? 1 : 2;
-    } else {
-        n += digits(t->hdr.num_weights) + 1;
+    if (out && n + shape + sizeof(NPY_SUFFIX) - 1 <= cap) {
+        memcpy(out, NPY_PREFIX, n);
+        tbm_shape_text(dims, nd, ", ", out + n, cap - n);
+        if (nd == 1)
+            out[n + shape - 1] = ',';
+        memcpy(out + n + shape, NPY_SUFFIX, sizeof(NPY_SUFFIX) - 1);
     }
-    return n + sizeof(NPY_SUFFIX) - 1;
+    return n + shape + sizeof(NPY_SUFFIX) - 1;
 }
 
 /* The NPY 1.0 header's length: magic, version, length, and the dict padded
  * with spaces and a newline to a multiple of 64 bytes. */
 static size_t npy_header_len(const struct tbm_tensor *t)
 {
-    bool own;
-
-    return (10 + npy_dict_len(t, &own) + 1 + 63) / 64 * 64;
+    return (10 + npy_dict(t, NULL, 0) + 1 + 63) / 64 * 64;
 }
 
 /* Writes the NPY 1.0 header into out (npy_header_len bytes). */
 static size_t npy_header(const struct tbm_tensor *t, char *out)
 {
-    bool own;
-    size_t dict = npy_dict_len(t, &own);
-    size_t padded = (10 + dict + 1 + 63) / 64 * 64;
-    char *p = out + 10;
-    size_t n = sizeof(NPY_PREFIX) - 1;
+    size_t n = npy_dict(t, out + 10, NPY_MAX - 10);
+    size_t padded = (10 + n + 1 + 63) / 64 * 64;
 
-    memcpy(p, NPY_PREFIX, n);
-    if (own) {
-        for (size_t k = 0; k < t->ndim; k++)
-            n += (size_t)sprintf(p + n, "%llu, ", (unsigned long long)t->shape[k]);
-        if (t->ndim > 0)
-            n -= t->ndim == 1 ? 1 : 2;
-    } else {
-        n += (size_t)sprintf(p + n, "%llu,", (unsigned long long)t->hdr.num_weights);
-    }
-    memcpy(p + n, NPY_SUFFIX, sizeof(NPY_SUFFIX) - 1);
-    n += sizeof(NPY_SUFFIX) - 1;
-    memset(p + n, ' ', padded - 10 - n);
+    memset(out + 10 + n, ' ', padded - 10 - n);
     out[padded - 1] = '\n';
     memcpy(out, "\x93NUMPY\x01\x00", 8);
     out[8] = (char)((padded - 10) & 0xff);

@@ -50,14 +50,7 @@ static void stream_free(struct stream *s)
  * (in the contract's layout whatever the stored one). */
 static int stream_read(struct stream *s, uint64_t first, uint64_t n)
 {
-    const struct tbm_tensor *t = s->t;
-    size_t es = tbm_precision_size(t->hdr.precision);
-    int r = tbm_source_read_full(t->src, s->weights, n * es, t->weights.off + first * es);
-
-    if (r < 0 || !s->mask)
-        return r;
-    uint32_t m = t->hdr.nm_m;
-    return tbm_mask_read(t, first / m, (n + m - 1) / m, s->mask);
+    return tbm_chunk_read(s->t, first, n, s->weights, s->mask);
 }
 
 /* --- stats.json --- */

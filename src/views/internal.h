@@ -11,7 +11,9 @@
 
 struct tbm_selftests;   /* the self-tests' lock and stop flag (selftest.c) */
 struct tbm_results;     /* results rendered once and shared (results.c) */
+struct tbm_result;      /* one of them: immutable, reference-counted */
 struct tbm_safetensors; /* model.safetensors' layout (safetensors.c) */
+struct tbm_gguf;        /* the GGUF views' layout (gguf_layout.c) */
 
 struct tbm_views {
     const struct tbm_model *model;
@@ -24,9 +26,18 @@ struct tbm_views {
     struct tbm_selftests *selftests;
     struct tbm_results *results;
     struct tbm_safetensors *safetensors;
+    struct tbm_gguf *gguf;
     uint64_t tensors_json_size; /* fixed at mount; rendered when first opened */
     char *config_json;          /* NULL for an architecture config.json does not know */
     size_t config_json_len;
+};
+
+/* Bytes of a view that lie as stored in a source: len bytes at pos of src
+ * (len 0 past the end of the view). */
+struct tbm_span {
+    struct tbm_source *src;
+    uint64_t pos;
+    size_t len;
 };
 
 /* How a row's bytes come. */
@@ -56,15 +67,20 @@ struct tbm_view {
     int (*read)(const struct tbm_views *v, size_t t, char *buf, uint64_t off, size_t len,
                 size_t *got);
     int (*render)(const struct tbm_views *v, size_t t, char **out, size_t *len);
-    /* COMPUTED, optional: where bytes at off lie, for views pieced together
-     * from many regions: as tbm_view_locate, *src the source holding them */
-    int (*locate)(const struct tbm_views *v, size_t t, uint64_t off, size_t len,
-                  struct tbm_source_range *out, struct tbm_source **src);
+    /* COMPUTED, optional: where bytes at off lie as stored, for views
+     * pieced together from many regions (as tbm_view_span) */
+    int (*span)(const struct tbm_views *v, size_t t, uint64_t off, size_t len,
+                struct tbm_span *out);
     /* ROOT, optional: whether the model has this file (NULL: always) */
     bool (*present)(const struct tbm_views *v);
     /* NULL: a source view is servable when its region is sound, any other
      * view always */
     bool (*servable)(const struct tbm_views *v, size_t t);
+    /* Optional: what the row keeps for the mount, made when the views are
+     * opened (its size fixed at mount, a layout) and freed when they close.
+     * free must take a views that prepare failed on, or never ran on. */
+    int (*prepare)(struct tbm_views *v);
+    void (*free)(struct tbm_views *v);
     int cache;      /* TBM_SIZE_CACHED: which of rendered_sizes, 0 or 1 */
     bool slow;      /* rendering can take seconds */
     bool shared;    /* rendered once per mount, every open reading that result */
@@ -111,6 +127,18 @@ int tbm_lazy_doc_render(const struct tbm_views *v, tbm_doc_fn doc, uint64_t size
 /* Serializes obj pretty-printed with a final newline into a malloc'd buffer. */
 int tbm_json_dump(struct json_object *obj, char **out, size_t *len);
 
+/* shape.c: a tensor's shape as the views show it */
+/* The index's shape as a JSON array, or NULL (JSON null) when it has none. */
+struct json_object *tbm_shape_json(const struct tbm_tensor *t);
+/* The dimensions of t shown: the index's shape, or [num_weights] when the
+ * index has none or, with layout (a view that lays the elements out in
+ * that shape), when it does not describe num_weights. Returns how many. */
+size_t tbm_shape_dims(const struct tbm_tensor *t, bool layout, const uint64_t **dims);
+/* Writes the n dims in decimal, sep between them, into out (cap bytes,
+ * NUL-terminated when cap > 0, cut when short); returns the text's whole
+ * length, as snprintf does, so that out may be NULL with cap 0. */
+size_t tbm_shape_text(const uint64_t *dims, size_t n, const char *sep, char *out, size_t cap);
+
 /* region.c: raw.tb, weights.bin, mask.bin */
 const struct tbm_region *tbm_raw_region(const struct tbm_views *v, size_t t, uint64_t *skip);
 const struct tbm_region *tbm_weights_region(const struct tbm_views *v, size_t t, uint64_t *skip);
@@ -143,15 +171,31 @@ void tbm_safetensors_free(struct tbm_views *v);
 int tbm_safetensors_size(const struct tbm_views *v, size_t t, uint64_t *size);
 int tbm_safetensors_read(const struct tbm_views *v, size_t t, char *buf, uint64_t off, size_t len,
                          size_t *got);
-int tbm_safetensors_locate(const struct tbm_views *v, size_t t, uint64_t off, size_t len,
-                           struct tbm_source_range *out, struct tbm_source **src);
+int tbm_safetensors_span(const struct tbm_views *v, size_t t, uint64_t off, size_t len,
+                         struct tbm_span *out);
+
+/* gguf_layout.c, gguf.c: model.gguf and model.Q8_0.gguf */
+int tbm_gguf_init(struct tbm_views *v); /* before model.json's size: it says why there are none */
+void tbm_gguf_free(struct tbm_views *v);
+bool tbm_gguf_present(const struct tbm_views *v);
+/* model.json's views_missing: NULL when it has none (not llama or mistral) */
+struct json_object *tbm_gguf_missing_json(const struct tbm_views *v);
+int tbm_gguf_size(const struct tbm_views *v, size_t t, uint64_t *size);
+int tbm_gguf_read(const struct tbm_views *v, size_t t, char *buf, uint64_t off, size_t len,
+                  size_t *got);
+int tbm_gguf_span(const struct tbm_views *v, size_t t, uint64_t off, size_t len,
+                  struct tbm_span *out);
+int tbm_gguf_q8_0_size(const struct tbm_views *v, size_t t, uint64_t *size);
+int tbm_gguf_q8_0_read(const struct tbm_views *v, size_t t, char *buf, uint64_t off, size_t len,
+                       size_t *got);
 
 /* model_views.c: tensors.json, config.json */
 int tbm_tensors_json_prepare(struct tbm_views *v); /* its size, at mount */
 int tbm_tensors_json_render(const struct tbm_views *v, size_t t, char **out, size_t *len);
 int tbm_tensors_json_size(const struct tbm_views *v, size_t t, uint64_t *size);
 bool tbm_config_json_present(const struct tbm_views *v);
-int tbm_config_json_render(const struct tbm_views *v, char **out, size_t *len);
+int tbm_config_json_prepare(struct tbm_views *v); /* rendered once, at mount */
+void tbm_config_json_free(struct tbm_views *v);
 int tbm_config_json_size(const struct tbm_views *v, size_t t, uint64_t *size);
 int tbm_config_json_read(const struct tbm_views *v, size_t t, char *buf, uint64_t off, size_t len,
                          size_t *got);
@@ -168,6 +212,8 @@ int tbm_results_get(const struct tbm_views *v, const struct tbm_view *row, size_
 bool tbm_results_ready(const struct tbm_views *v, const struct tbm_view *row, size_t t);
 /* A result holding a copy of len bytes of data, one reference. */
 struct tbm_result *tbm_result_new(const char *data, size_t len);
+const char *tbm_result_data(const struct tbm_result *result, size_t *len);
+void tbm_result_put(struct tbm_result *result);
 
 /* inspect.c: stats.json, mask.png, weights.png */
 /* The matrix view of the contract: shape[0] rows when the shape has two or

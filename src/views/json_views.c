@@ -24,16 +24,6 @@ static struct json_object *strlist_json(const struct tbm_strlist *list)
     return arr;
 }
 
-static struct json_object *shape_json(const struct tbm_tensor *t)
-{
-    if (!t->shape)
-        return NULL;
-    struct json_object *arr = json_object_new_array();
-    for (size_t k = 0; arr && k < t->ndim; k++)
-        json_object_array_add(arr, json_object_new_uint64(t->shape[k]));
-    return arr;
-}
-
 static void add_header_fields(struct json_object *o, const struct tbm_tensor *t)
 {
     const struct tbm_blob_header *h = &t->hdr;
@@ -120,7 +110,7 @@ static int header_doc(const struct tbm_views *v, size_t t, bool with_stats, char
     json_object_object_add(o, "name",
                            json_object_new_string_len(tensor->name, (int)tensor->name_len));
     json_object_object_add(o, "dir", json_object_new_string(tensor->dir));
-    json_object_object_add(o, "shape", shape_json(tensor));
+    json_object_object_add(o, "shape", tbm_shape_json(tensor));
     json_object_object_add(o, "dtype", dtype ? json_object_new_string(dtype) : NULL);
     add_header_fields(o, tensor);
     json_object_object_add(o, "offset", json_object_new_uint64(tensor->offset));
@@ -223,6 +213,9 @@ static int model_doc(const struct tbm_views *v, bool with_stats, char **out, siz
     json_object_object_add(o, "warnings", json_object_new_uint64(warnings));
     json_object_object_add(o, "tensors_with_warnings", json_object_new_uint64(warned));
     json_object_object_add(o, "kernels", json_object_new_string(tbm_isa_name(m->isa)));
+    struct json_object *missing = tbm_gguf_missing_json(v);
+    if (missing)
+        json_object_object_add(o, "views_missing", missing);
     int r = tbm_json_dump(o, out, len);
     json_object_put(o);
     return r;

@@ -23,11 +23,7 @@ static struct json_object *tensor_json(const struct tbm_tensor *t,
     snprintf(nm, sizeof(nm), "%u:%u", t->hdr.nm_n, t->hdr.nm_m);
     json_object_object_add(o, "name", json_object_new_string_len(t->name, (int)t->name_len));
     json_object_object_add(o, "dir", json_object_new_string(t->dir));
-    struct json_object *shape = NULL;
-    if (t->shape && (shape = json_object_new_array()))
-        for (size_t k = 0; k < t->ndim; k++)
-            json_object_array_add(shape, json_object_new_uint64(t->shape[k]));
-    json_object_object_add(o, "shape", shape);
+    json_object_object_add(o, "shape", tbm_shape_json(t));
     json_object_object_add(o, "dtype", dtype ? json_object_new_string(dtype) : NULL);
     json_object_object_add(o, "nm", hdr ? json_object_new_string(nm) : NULL);
     json_object_object_add(o, "num_weights",
@@ -120,7 +116,8 @@ static const char *torch_dtype(const struct tbm_model *m)
     return best < 0 ? NULL : names[best];
 }
 
-int tbm_config_json_render(const struct tbm_views *v, char **out, size_t *len)
+/* config.json is a few hundred bytes that never change: rendered once. */
+static int config_json_render(const struct tbm_views *v, char **out, size_t *len)
 {
     static const char *const keys[][2] = {
         {"hidden_size", "hidden_size"},
@@ -158,6 +155,19 @@ int tbm_config_json_render(const struct tbm_views *v, char **out, size_t *len)
 bool tbm_config_json_present(const struct tbm_views *v)
 {
     return hf_class(v->model->architecture) != NULL;
+}
+
+int tbm_config_json_prepare(struct tbm_views *v)
+{
+    if (!tbm_config_json_present(v))
+        return 0;
+    return config_json_render(v, &v->config_json, &v->config_json_len);
+}
+
+void tbm_config_json_free(struct tbm_views *v)
+{
+    free(v->config_json);
+    v->config_json = NULL;
 }
 
 int tbm_config_json_size(const struct tbm_views *v, size_t t, uint64_t *size)

@@ -111,15 +111,19 @@ static int add_entry(struct printbuf *pb, const struct tbm_tensor *t, uint64_t s
 
     if (r < 0)
         return r;
+    const uint64_t *dims;
+    size_t n = tbm_shape_dims(t, true, &dims);
+    size_t len = tbm_shape_text(dims, n, ",", NULL, 0);
+    char *shape = malloc(len + 1);
+    if (!shape)
+        return TBM_ERR_NOMEM;
+    tbm_shape_text(dims, n, ",", shape, len + 1);
     sprintbuf(pb, ":{\"dtype\":\"%s\",\"shape\":[", st_dtype(t->hdr.precision));
-    if (t->shape && t->shape_matches)
-        for (size_t k = 0; k < t->ndim; k++)
-            sprintbuf(pb, k ? ",%llu" : "%llu", (unsigned long long)t->shape[k]);
-    else
-        sprintbuf(pb, "%llu", (unsigned long long)t->hdr.num_weights);
+    r = printbuf_memappend(pb, shape, (int)len) >= 0 ? 0 : TBM_ERR_NOMEM;
+    free(shape);
     sprintbuf(pb, "],\"data_offsets\":[%llu,%llu]}", (unsigned long long)start,
               (unsigned long long)end);
-    return 0;
+    return r;
 }
 
 /* __metadata__: string values only, "omitted" a JSON array as a string. */
@@ -452,12 +456,13 @@ static bool found_clean(const struct tbm_safetensors *st, uint64_t off, size_t l
     return true;
 }
 
-int tbm_safetensors_locate(const struct tbm_views *v, size_t t, uint64_t off, size_t len,
-                           struct tbm_source_range *out, struct tbm_source **src)
+int tbm_safetensors_span(const struct tbm_views *v, size_t t, uint64_t off, size_t len,
+                         struct tbm_span *out)
 {
     const struct tbm_safetensors *st = v->safetensors;
 
     (void)t;
+    *out = (struct tbm_span){0};
     if (off >= st->size)
         return 1;
     if (len > st->size - off)
@@ -469,12 +474,9 @@ int tbm_safetensors_locate(const struct tbm_views *v, size_t t, uint64_t off, si
     const struct tbm_tensor *tensor = &v->model->tensors[p->t];
     uint64_t in = off - p->start;
     /* A reply short of the request reads as the end of the file: only a
-     * range wholly inside one stored tensor is spliced. */
-    if (tensor->src->fd < 0 || len == 0 || len > p->len - in ||
-        (!as_stored(tensor) && !found_clean(st, off, len)))
+     * range wholly inside one stored tensor is sent as stored. */
+    if (len == 0 || len > p->len - in || (!as_stored(tensor) && !found_clean(st, off, len)))
         return 0;
-    *out = (struct tbm_source_range){
-        .fd = tensor->src->fd, .pos = tensor->weights.off + in, .len = len};
-    *src = tensor->src;
+    *out = (struct tbm_span){.src = tensor->src, .pos = tensor->weights.off + in, .len = len};
     return 1;
 }

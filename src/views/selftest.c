@@ -154,10 +154,7 @@ static int load_payload(const struct tbm_tensor *t, uint64_t n, void **w, uint8_
     *mask = malloc(mbytes + 1);
     if (!*w || !*mask)
         return TBM_ERR_NOMEM;
-    int r = tbm_source_read_full(t->src, *w, n * es, t->weights.off);
-    if (r == 0)
-        r = tbm_mask_read(t, 0, groups, *mask);
-    return r;
+    return tbm_chunk_read(t, 0, n, *w, *mask);
 }
 
 static int run_products(const struct tbm_views *v, const struct tbm_tensor *t, struct result *res)

@@ -4,6 +4,7 @@
 
 #include <assert.h>
 #include <json-c/json.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -17,11 +18,33 @@ static const struct tbm_view table[] = {
         .read = tbm_index_json_read,
     },
     {
+        /* before model.json, whose views_missing its layout gives (prepares
+         * run in table order) */
+        .name = "model.gguf",
+        .place = TBM_VIEW_ROOT,
+        .bytes = TBM_BYTES_COMPUTED,
+        .size = tbm_gguf_size,
+        .read = tbm_gguf_read,
+        .span = tbm_gguf_span,
+        .present = tbm_gguf_present,
+        .prepare = tbm_gguf_init,
+        .free = tbm_gguf_free,
+    },
+    {
+        .name = "model.Q8_0.gguf",
+        .place = TBM_VIEW_ROOT,
+        .bytes = TBM_BYTES_COMPUTED,
+        .size = tbm_gguf_q8_0_size,
+        .read = tbm_gguf_q8_0_read,
+        .present = tbm_gguf_present,
+    },
+    {
         .name = "model.json",
         .place = TBM_VIEW_ROOT,
         .bytes = TBM_BYTES_RENDERED,
         .size = tbm_model_json_size,
         .render = tbm_model_json_render,
+        .prepare = tbm_model_json_prepare,
         .shared = true,
     },
     {
@@ -30,6 +53,9 @@ static const struct tbm_view table[] = {
         .bytes = TBM_BYTES_RENDERED,
         .size = tbm_selftest_report_size,
         .render = tbm_selftest_report_render,
+        /* the lock and stop flag of every self-test, the tensors' too */
+        .prepare = tbm_selftests_init,
+        .free = tbm_selftests_free,
         .slow = true,
         .shared = true,
     },
@@ -39,6 +65,7 @@ static const struct tbm_view table[] = {
         .bytes = TBM_BYTES_RENDERED,
         .size = tbm_tensors_json_size,
         .render = tbm_tensors_json_render,
+        .prepare = tbm_tensors_json_prepare,
         .shared = true,
     },
     {
@@ -47,7 +74,9 @@ static const struct tbm_view table[] = {
         .bytes = TBM_BYTES_COMPUTED,
         .size = tbm_safetensors_size,
         .read = tbm_safetensors_read,
-        .locate = tbm_safetensors_locate,
+        .span = tbm_safetensors_span,
+        .prepare = tbm_safetensors_init,
+        .free = tbm_safetensors_free,
     },
     {
         .name = "config.json",
@@ -56,6 +85,8 @@ static const struct tbm_view table[] = {
         .size = tbm_config_json_size,
         .read = tbm_config_json_read,
         .present = tbm_config_json_present,
+        .prepare = tbm_config_json_prepare,
+        .free = tbm_config_json_free,
     },
     {
         .name = "raw.tb",
@@ -168,13 +199,11 @@ int tbm_views_open(const struct tbm_model *model, const struct tbm_view_options 
     v->batch = batch;
     for (int k = 0; k < 2; k++)
         v->rendered_sizes[k] = calloc(model->ntensors ? model->ntensors : 1, sizeof(uint64_t));
-    if (!v->rendered_sizes[0] || !v->rendered_sizes[1] || (r = tbm_selftests_init(v)) < 0 ||
-        (r = tbm_results_init(v)) < 0 || (r = tbm_model_json_prepare(v)) < 0 ||
-        (r = tbm_tensors_json_prepare(v)) < 0 || (r = tbm_safetensors_init(v)) < 0)
+    if (!v->rendered_sizes[0] || !v->rendered_sizes[1] || (r = tbm_results_init(v)) < 0)
         goto out_err;
-    if (tbm_config_json_present(v) &&
-        (r = tbm_config_json_render(v, &v->config_json, &v->config_json_len)) < 0)
-        goto out_err;
+    for (size_t i = 0; i < ROWS; i++)
+        if (table[i].prepare && (r = table[i].prepare(v)) < 0)
+            goto out_err;
     *out = v;
     return 0;
 
@@ -188,9 +217,9 @@ void tbm_views_close(struct tbm_views *v)
     if (!v)
         return;
     tbm_results_free(v);
-    tbm_selftests_free(v);
-    tbm_safetensors_free(v);
-    free(v->config_json);
+    for (size_t i = 0; i < ROWS; i++)
+        if (table[i].free)
+            table[i].free(v);
     free(v->rendered_sizes[0]);
     free(v->rendered_sizes[1]);
     free(v);
@@ -251,11 +280,14 @@ enum tbm_view_place tbm_view_place(const struct tbm_view *view)
     return view->place;
 }
 
-const char *tbm_views_source_name(const struct tbm_views *v, size_t t)
+void tbm_views_source_name(const struct tbm_views *v, size_t t, char *buf, size_t len)
 {
     const struct tbm_tensor *tensor = &v->model->tensors[t];
 
-    return tensor->owns_src ? tensor->src->name : v->model->path;
+    if (tensor->owns_src)
+        snprintf(buf, len, "%s/%s", v->model->path, tensor->src->name);
+    else
+        snprintf(buf, len, "%s", v->model->path);
 }
 
 bool tbm_views_change_report(const struct tbm_views *v, size_t t, char *buf, size_t len)
@@ -263,6 +295,16 @@ bool tbm_views_change_report(const struct tbm_views *v, size_t t, char *buf, siz
     struct tbm_source *src = v->model->tensors[t].src;
 
     return src && tbm_source_take_report(src, buf, len);
+}
+
+int tbm_views_watch_open(const struct tbm_views *v, struct tbm_watch **out)
+{
+    return tbm_model_watch_open(v->model, out);
+}
+
+bool tbm_views_stats_ready(const struct tbm_views *v, size_t t)
+{
+    return tbm_tensor_stats_ready(v->model, t);
 }
 
 bool tbm_view_present(const struct tbm_views *v, const struct tbm_view *view)
@@ -304,8 +346,10 @@ bool tbm_view_servable(const struct tbm_views *v, const struct tbm_view *view, s
     return v->model->tensors[t].header_sound && region_of(v, view, t, &skip)->ok;
 }
 
-int tbm_view_open_result(const struct tbm_views *v, const struct tbm_view *view, size_t t,
-                         struct tbm_result **out)
+/* The content of a rendered view for one open: the mount's one result of
+ * views rendered once, else rendered for this open. */
+static int open_result(const struct tbm_views *v, const struct tbm_view *view, size_t t,
+                       struct tbm_result **out)
 {
     char *doc;
     size_t len;
@@ -392,8 +436,9 @@ static int read_region(const struct tbm_tensor *tensor, const struct tbm_region 
     return 0;
 }
 
-int tbm_view_read(const struct tbm_views *v, const struct tbm_view *view, size_t t, char *buf,
-                  uint64_t off, size_t len, size_t *got)
+/* Reads computed or source bytes of a servable view into buf. */
+static int read_bytes(const struct tbm_views *v, const struct tbm_view *view, size_t t, char *buf,
+                      uint64_t off, size_t len, size_t *got)
 {
     uint64_t skip;
     char *doc;
@@ -401,8 +446,6 @@ int tbm_view_read(const struct tbm_views *v, const struct tbm_view *view, size_t
     int r;
 
     *got = 0;
-    if (!tbm_view_servable(v, view, t))
-        return TBM_ERR_BROKEN;
     /* Computed and source bytes serve this reply alone: the change is
      * checked once, after all of them are read. Rendered ones may be kept
      * for the mount, so each of their reads is checked as it is made. */
@@ -424,71 +467,175 @@ int tbm_view_read(const struct tbm_views *v, const struct tbm_view *view, size_t
     return 0;
 }
 
-/* Fails with TBM_ERR_IO when out's range is no longer inside the source. */
-static int still_inside(struct tbm_source *src, const struct tbm_source_range *out)
+int tbm_view_read(const struct tbm_views *v, const struct tbm_view *view, size_t t, char *buf,
+                  uint64_t off, size_t len, size_t *got)
+{
+    *got = 0;
+    if (!tbm_view_servable(v, view, t))
+        return TBM_ERR_BROKEN;
+    return read_bytes(v, view, t, buf, off, len, got);
+}
+
+/* 1 while range (of src's descriptor) is still inside the source; else
+ * TBM_ERR_IO, or TBM_ERR_CHANGED. */
+static int still_inside(struct tbm_source *src, const struct tbm_source_range *range)
 {
     /* The range was inside the source at mount; one that changed since is
-     * not served, as tbm_view_read would not serve it. The one fstat of the
-     * check says the size too: unchanged, the range is still inside. */
-    if (out->fd < 0)
-        return 1;
+     * not served, as a read would not serve it. The one fstat of the check
+     * says the size too: unchanged, the range is still inside. */
     int r = tbm_source_verify(src);
     if (r < 0)
         return r;
-    if (out->pos > src->id.size || out->len > src->id.size - out->pos)
+    if (range->pos > src->id.size || range->len > src->id.size - range->pos)
         return TBM_ERR_IO;
+    return 1;
+}
+
+/* Where up to len bytes at off of a servable view lie as stored in a
+ * source: 1 with out (its len 0 past the end of the view), 0 for bytes that
+ * are computed. */
+static int span_of(const struct tbm_views *v, const struct tbm_view *view, size_t t, uint64_t off,
+                   size_t len, struct tbm_span *out)
+{
+    uint64_t skip;
+
+    *out = (struct tbm_span){0};
+    if (view->span)
+        return view->span(v, t, off, len, out);
+    const struct tbm_region *r = region_of(v, view, t, &skip);
+    if (!r || off < skip)
+        return 0;
+    off -= skip;
+    if (off >= r->len)
+        return 1;
+    out->src = v->model->tensors[t].src;
+    out->pos = r->off + off;
+    out->len = r->len - off < len ? (size_t)(r->len - off) : len;
     return 1;
 }
 
 int tbm_view_locate(const struct tbm_views *v, const struct tbm_view *view, size_t t, uint64_t off,
                     size_t len, struct tbm_source_range *out)
 {
-    uint64_t skip;
+    struct tbm_span sp;
 
     *out = (struct tbm_source_range){.fd = -1};
-    if (view->bytes != TBM_BYTES_SOURCE && !view->locate)
-        return 0;
     if (!tbm_view_servable(v, view, t))
         return TBM_ERR_BROKEN;
-    if (view->locate) {
-        struct tbm_source *from = NULL;
-        int r = view->locate(v, t, off, len, out, &from);
-        return r <= 0 || !from ? r : still_inside(from, out);
+    int r = span_of(v, view, t, off, len, &sp);
+    if (r <= 0 || sp.len == 0)
+        return r;
+    if (sp.src->fd < 0)
+        return 0;
+    *out = (struct tbm_source_range){.fd = sp.src->fd, .pos = sp.pos, .len = sp.len};
+    return still_inside(sp.src, out);
+}
+
+struct tbm_file {
+    const struct tbm_views *v;
+    const struct tbm_view *view;
+    size_t t;
+    struct tbm_result *result; /* a rendered view's content */
+};
+
+int tbm_file_open(const struct tbm_views *v, const struct tbm_view *view, size_t t,
+                  struct tbm_file **out)
+{
+    struct tbm_file *f;
+
+    *out = NULL;
+    if (!tbm_view_servable(v, view, t))
+        return TBM_ERR_BROKEN;
+    if (!(f = calloc(1, sizeof(*f))))
+        return TBM_ERR_NOMEM;
+    *f = (struct tbm_file){.v = v, .view = view, .t = t};
+    if (view->bytes == TBM_BYTES_RENDERED) {
+        int r = open_result(v, view, t, &f->result);
+        if (r < 0) {
+            free(f);
+            return r;
+        }
     }
-    struct tbm_source *src = v->model->tensors[t].src;
-    const struct tbm_region *r = region_of(v, view, t, &skip);
-    if (!r || off < skip || src->fd < 0)
-        return 0;
-    off -= skip;
-    if (off >= r->len)
-        return 1;
-    out->fd = src->fd;
-    out->pos = r->off + off;
-    out->len = r->len - off < len ? (size_t)(r->len - off) : len;
-    return still_inside(src, out);
+    *out = f;
+    return 0;
 }
 
-int tbm_view_hold(const struct tbm_views *v, const struct tbm_view *view, size_t t, uint64_t off,
-                  size_t len, struct tbm_source_hold *h)
+void tbm_file_close(struct tbm_file *f)
 {
-    uint64_t skip;
-
-    h->n = 0;
-    if (view->bytes != TBM_BYTES_SOURCE || view->locate)
-        return 0;
-    if (!tbm_view_servable(v, view, t))
-        return TBM_ERR_BROKEN;
-    const struct tbm_region *r = region_of(v, view, t, &skip);
-    if (!r || off < skip || off - skip >= r->len || len == 0)
-        return 0;
-    off -= skip;
-    size_t n = r->len - off < len ? (size_t)(r->len - off) : len;
-    return tbm_source_hold(v->model->tensors[t].src, r->off + off, n, h);
+    if (!f)
+        return;
+    tbm_result_put(f->result);
+    free(f);
 }
 
-void tbm_view_release(struct tbm_source_hold *h)
+/* tbm_file_read, on a thread whose waits flags allow or not. */
+static int file_read(struct tbm_file *f, uint64_t off, size_t len, char *buf, unsigned flags,
+                     struct tbm_reply *out)
 {
-    tbm_source_release(h);
+    struct tbm_span sp;
+    size_t got;
+    int r;
+
+    *out = (struct tbm_reply){.kind = TBM_REPLY_BYTES, .data = buf};
+    if (f->result) {
+        size_t n;
+        const char *data = tbm_result_data(f->result, &n);
+        size_t start = off < n ? (size_t)off : n;
+        out->data = data + start;
+        out->len = n - start < len ? n - start : len;
+        return 0;
+    }
+    r = span_of(f->v, f->view, f->t, off, len, &sp);
+    if (r < 0)
+        return r;
+    if (r > 0 && sp.len == 0)
+        return 0;
+    if (r > 0 && (flags & TBM_READ_SPLICE) && sp.src->fd >= 0) {
+        out->kind = TBM_REPLY_SPLICE;
+        out->range = (struct tbm_source_range){.fd = sp.src->fd, .pos = sp.pos, .len = sp.len};
+        out->src = sp.src;
+        return 0;
+    }
+    if (r > 0) {
+        r = tbm_source_hold(sp.src, sp.pos, sp.len, &out->held);
+        if (r < 0)
+            return r;
+        if (r > 0) {
+            out->kind = TBM_REPLY_HELD;
+            return 0;
+        }
+    }
+    r = read_bytes(f->v, f->view, f->t, buf, off, len, &got);
+    if (r < 0)
+        return r;
+    out->len = got;
+    return 0;
+}
+
+int tbm_file_read(struct tbm_file *f, uint64_t off, size_t len, char *buf, unsigned flags,
+                  struct tbm_reply *out)
+{
+    bool nowait = flags & TBM_READ_NOWAIT;
+
+    if (nowait)
+        tbm_source_nowait(true);
+    int r = file_read(f, off, len, buf, flags, out);
+    if (nowait)
+        tbm_source_nowait(false);
+    return r;
+}
+
+int tbm_reply_check(const struct tbm_reply *reply)
+{
+    int r = still_inside(reply->src, &reply->range);
+
+    return r < 0 ? r : 0;
+}
+
+void tbm_reply_done(struct tbm_reply *reply)
+{
+    if (reply->kind == TBM_REPLY_HELD)
+        tbm_source_release(&reply->held);
 }
 
 void *tbm_thread_scratch(struct tbm_thread_scratch *ts, size_t size)

@@ -14,20 +14,13 @@ static const char *const names[NATTRS] = {"name", "shape", "dtype", "nm", "densi
 /* The shape shown: the index's, else the header's element count. */
 static char *shape_text(const struct tbm_tensor *t)
 {
-    char *out = NULL;
-    size_t len = 0;
-    FILE *f = open_memstream(&out, &len);
+    const uint64_t *dims;
+    size_t n = tbm_shape_dims(t, false, &dims);
+    size_t len = tbm_shape_text(dims, n, ",", NULL, 0);
+    char *out = malloc(len + 1);
 
-    if (!f)
-        return NULL;
-    if (!t->shape)
-        fprintf(f, "%llu", (unsigned long long)t->hdr.num_weights);
-    for (size_t k = 0; t->shape && k < t->ndim; k++)
-        fprintf(f, "%s%llu", k ? "," : "", (unsigned long long)t->shape[k]);
-    if (fclose(f) != 0) {
-        free(out);
-        return NULL;
-    }
+    if (out)
+        tbm_shape_text(dims, n, ",", out, len + 1);
     return out;
 }
 

@@ -172,11 +172,13 @@ http {
     root %s;
     %s
     location /moved/ { rewrite ^/moved/(.*)$ /$1 redirect; }
+    # a slow server: a 1 MiB range takes a second (nginx sends the first 512 KiB at once)
+    location /slow/ { alias %s/; limit_rate 512k; }
   }
 %s
 }
 """ % (self.workers, p, p, self.log, temps, self.port, self.root,
-       "autoindex on;" if self.autoindex else "", self.tls_server())
+       "autoindex on;" if self.autoindex else "", self.root, self.tls_server())
 
     def tls_server(self):
         if not self.tls:

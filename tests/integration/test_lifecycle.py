@@ -186,7 +186,7 @@ def max_read(suite, tmp):
     def refused():
         for bad in ("lots", "100", "+8192"):
             rc, _, err = run_tbmfs([src, tmp, "-o", "max_read=" + bad])
-            eq(rc, 1, "max_read=%s: exit code" % bad)
+            eq(rc, 2, "max_read=%s: exit code" % bad)
             check("max_read=" + bad in err, "message %r does not name the option" % err)
 
     suite.case("options: -o max_read=lots, =100, =+8192 are refused", refused)
@@ -224,7 +224,8 @@ def busy_tasks(m, path):
 def workers(suite, tmp):
     # At most twice the CPUs the daemon may run on (4 to 10) FUSE workers, unless
     # -o max_threads says. The daemons are started on one CPU, so that the default is 4 on
-    # any machine; besides its workers a daemon has its main thread and the self-tests' one.
+    # any machine; besides its workers a daemon has its main thread, the self-tests' and the
+    # statistics' threads, and the one that watches its file.
     # The mount with 10 shows that the load would have had more workers than 4.
     src = os.path.join(tmp, "workers.tbm")
     models.write_container(gen, src, [
@@ -241,7 +242,7 @@ def workers(suite, tmp):
                 eq(m.start(), 0, "%s: exit code (%s)" % (key, m.err.strip()))
         finally:
             os.sched_setaffinity(0, cpus)
-        workers = {key: busy_tasks(m, m.p("tensors", "large", "dense.f32")) - 2
+        workers = {key: busy_tasks(m, m.p("tensors", "large", "dense.f32")) - 4
                    for key, m in mounts.items()}
         eq(workers["one"], 1, "-o max_threads=1: workers")
         check(1 <= workers["default"] <= 4, "default: %d workers, not 1 to 4" % workers["default"])

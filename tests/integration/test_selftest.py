@@ -226,7 +226,7 @@ def main(suite):
     def batch_refused():
         code, out, err = harness.run_tbmfs(["-o", "selftest_batch=1025", src,
                                             os.path.join(suite.tmp, "never")])
-        eq(code, 1, "exit")
+        eq(code, 2, "exit")
         check("selftest_batch=1025" in err, "error names the option: %r" % err)
 
     suite.case("selftest_batch=1025 is refused", batch_refused)

@@ -80,9 +80,7 @@ static int count_blob(const struct tbm_model *model, const struct tbm_tensor *t,
     for (uint64_t i = 0; i < h->num_weights; i += chunk) {
         uint64_t n = h->num_weights - i < chunk ? h->num_weights - i : chunk;
         uint64_t groups = n / m + (n % m != 0);
-        int r = tbm_source_read_full(t->src, buf->weights, n * es, t->weights.off + i * es);
-        if (r == 0)
-            r = tbm_mask_read(t, i / m, groups, buf->mask);
+        int r = tbm_chunk_read(t, i, n, buf->weights, buf->mask);
         if (r < 0)
             return r;
         atomic_fetch_add(&model->stats->bytes_read, n * es + groups * tbm_mask_word_bytes(m));
@@ -134,6 +132,11 @@ out:
     free(buf.weights);
     free(buf.mask);
     return r;
+}
+
+bool tbm_tensor_stats_ready(const struct tbm_model *m, size_t t)
+{
+    return atomic_load_explicit(&m->stats->slots[t].ready, memory_order_acquire);
 }
 
 int tbm_tensor_stats_get(const struct tbm_model *m, size_t t, const struct tbm_tensor_stats **out)

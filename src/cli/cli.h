@@ -1,0 +1,80 @@
+/* The command line of tbmfs, the jobs main runs from it (check, mount) and
+ * the terminal progress line they share. Not installed: the daemon's own. */
+#ifndef TBM_CLI_H
+#define TBM_CLI_H
+
+#define FUSE_USE_VERSION FUSE_MAKE_VERSION(3, 12)
+#include <fuse_lowlevel.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "tbm/model.h"
+
+/* What the command line asked for. */
+struct tbm_cli {
+    char **sources; /* --check: every SOURCE; a mount: one */
+    size_t nsources;
+    char *mountpoint;
+    bool check, help, version;
+    bool strict, nosplice;
+    unsigned batch;       /* self-test batch */
+    unsigned max_read;    /* bytes per read request */
+    unsigned max_threads; /* FUSE workers at most */
+    bool set_max_threads; /* given: passed on to libfuse as given */
+    char *logfile;
+    /* http(s):// sources */
+    uint64_t cache_size;
+    char **http_headers;
+    size_t nheaders;
+    unsigned http_timeout; /* hidden: lets the tests stall a transfer for seconds, not 30 */
+    char *http_header_file, *ca_file;
+    char *s3_endpoint, *s3_region; /* s3:// sources */
+    /* -o uid=, gid=, umask=: in place of the source's owner and modes */
+    unsigned uid, gid, umask;
+    bool set_uid, set_gid, set_umask;
+    struct fuse_cmdline_opts fuse; /* -f, -d, -s and libfuse's loop options */
+};
+
+/* Exit statuses of the command line's refusals (contract: "Command line"). */
+#define TBM_EXIT_USAGE 2
+
+/* Parses argv into cli, keeping in args what goes on to libfuse (its mount
+ * and session options, already checked to be ones it knows). 0, or an exit
+ * status after one line on stderr saying what was refused. */
+int tbm_cli_parse(int argc, char *argv[], struct tbm_cli *cli, struct fuse_args *args);
+void tbm_cli_free(struct tbm_cli *cli);
+
+/* Prints --help: the usage and every documented option, from the one table
+ * of options. */
+void tbm_cli_help(const char *prog);
+
+/* The HTTP options of the command line, pointing into cli. */
+struct tbm_http_options tbm_cli_http_options(const struct tbm_cli *cli);
+
+/* Forces the kernel level of TBMFS_KERNELS; -1 after one line on stderr
+ * when the CPU lacks it. */
+int tbm_cli_select_isa(enum tbm_isa *isa);
+
+/* --check: checks every source, printing its problems and warnings; returns
+ * the worst status (2 SOURCE unusable, over 1 problems, over 0 none). */
+int tbm_check_run(const struct tbm_cli *cli);
+
+/* Mounts cli's source on its mount point and serves it until unmounted;
+ * the exit status. */
+int tbm_mount_run(const struct tbm_cli *cli, struct fuse_args *args);
+
+/* A line on stderr, on a terminal only, that says how far a long job is:
+ * shown once the job has run a second, redrawn twice a second, erased at
+ * stop. line() writes its text from what the job has published. */
+struct tbm_progress;
+struct tbm_progress *tbm_progress_start(void (*line)(const void *arg, double secs, char *buf,
+                                                     size_t len),
+                                        const void *arg);
+void tbm_progress_stop(struct tbm_progress *p);
+
+/* tbm_model_open with a progress line. */
+int tbm_open_with_progress(const char *source, struct tbm_open_options *opts,
+                           struct tbm_model **out, char *err, size_t errlen);
+
+#endif

@@ -1,0 +1,328 @@
+/* model.gguf and model.Q8_0.gguf, per read: a range maps onto the header
+ * (fixed at mount, gguf_layout.c), zero padding and pieces of tensors, and
+ * only the bytes it covers are computed: stored elements masked in place,
+ * F32 expansions, or Q8_0 blocks quantized from the expansion, the rows of
+ * attn_q and attn_k taken in the converter's order. */
+#include "gguf.h"
+
+#include <json-c/json.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Elements per step: bounds the per-thread scratch (about 1 MiB) while
+ * keeping each pread large. A multiple of the Q8_0 block. */
+#define CHUNK (64u * 1024u)
+
+struct scratch {
+    uint8_t weights[CHUNK * 8];
+    uint8_t mask[CHUNK + 8]; /* m = 1 needs one byte per element */
+    float f32[CHUNK];
+    uint8_t q8[CHUNK / TBM_Q8_0_ELEMS * TBM_Q8_0_BYTES];
+};
+
+/* Each FUSE worker keeps one scratch: reads allocate nothing. */
+static struct tbm_thread_scratch scratch = TBM_THREAD_SCRATCH_INIT;
+
+static struct scratch *thread_scratch(void)
+{
+    return tbm_thread_scratch(&scratch, sizeof(struct scratch));
+}
+
+bool tbm_gguf_present(const struct tbm_views *v)
+{
+    return v->gguf->ok;
+}
+
+struct json_object *tbm_gguf_missing_json(const struct tbm_views *v)
+{
+    const struct tbm_gguf *g = v->gguf;
+    struct json_object *arr;
+
+    if (!g->llama || !(arr = json_object_new_array()))
+        return NULL;
+    if (g->missing)
+        json_object_array_add(arr, json_object_new_string(g->missing));
+    return arr;
+}
+
+/* The stored row of the tensor that GGUF row g is: llama.cpp's converter
+ * interleaves the two halves of each head, as its rotary embedding pairs
+ * neighbouring elements where Hugging Face's pairs the halves. */
+static uint64_t source_row(const struct tbm_gguf_tensor *gt, uint64_t g)
+{
+    if (gt->heads == 0)
+        return g;
+    uint64_t d = gt->rows / gt->heads, h0 = g / d, w = g % d;
+    return h0 * d + (w % 2) * (d / 2) + w / 2;
+}
+
+/* The flat stored index of element e (GGUF order) of the tensor. */
+static uint64_t source_element(const struct tbm_gguf_tensor *gt, uint64_t e)
+{
+    return source_row(gt, e / gt->cols) * gt->cols + e % gt->cols;
+}
+
+/* Elements from e on that are stored back to back, at most max: the rest of
+ * e's row when rows are permuted, else the rest of the tensor (one pread for
+ * many rows). */
+static size_t row_run(const struct tbm_gguf_tensor *gt, uint64_t e, size_t max)
+{
+    uint64_t left = gt->heads ? gt->cols - e % gt->cols : gt->rows * gt->cols - e;
+    return left < max ? (size_t)left : max;
+}
+
+/* float32 of count (<= CHUNK) elements from stored index first on, masked,
+ * into out. float32 weights are read straight into out and masked there. */
+static int expand_run(const struct tbm_views *v, const struct tbm_tensor *t, struct scratch *s,
+                      uint64_t first, size_t count, float *out)
+{
+    void *w = t->hdr.precision == TBM_FP32 ? (void *)out : s->weights;
+    uint8_t *mask = t->mask_usable ? s->mask : NULL;
+    int r = tbm_chunk_read(t, first, count, w, mask);
+
+    if (r < 0)
+        return r;
+    if (w != out || mask)
+        tbm_expand(v->model->isa, t->hdr.precision, w, mask, t->hdr.nm_m, first, count, out);
+    return 0;
+}
+
+/* Bytes [b0, b0 + len) of a tensor's F32 data: the expansion, rows in GGUF
+ * order. */
+static int f32_bytes(const struct tbm_views *v, const struct tbm_gguf_tensor *gt, struct scratch *s,
+                     char *buf, uint64_t b0, size_t len)
+{
+    const struct tbm_tensor *t = &v->model->tensors[gt->t];
+
+    for (uint64_t pos = b0, end = b0 + len; pos < end;) {
+        uint64_t e = pos / 4, want = (end - e * 4 + 3) / 4;
+        size_t count = row_run(gt, e, want < CHUNK ? (size_t)want : CHUNK);
+        int r = expand_run(v, t, s, source_element(gt, e), count, s->f32);
+        if (r < 0)
+            return r;
+        size_t n = count * 4 - pos % 4;
+        n = n < end - pos ? n : (size_t)(end - pos);
+        memcpy(buf + (pos - b0), (char *)s->f32 + pos % 4, n);
+        pos += n;
+    }
+    return 0;
+}
+
+/* Bytes [b0, b0 + len) of a tensor's Q8_0 data: the blocks they touch,
+ * quantized from the expansion. */
+static int q8_0_bytes(const struct tbm_views *v, const struct tbm_gguf_tensor *gt,
+                      struct scratch *s, char *buf, uint64_t b0, size_t len)
+{
+    const struct tbm_tensor *t = &v->model->tensors[gt->t];
+
+    for (uint64_t pos = b0, end = b0 + len; pos < end;) {
+        uint64_t blk = pos / TBM_Q8_0_BYTES, e = blk * TBM_Q8_0_ELEMS;
+        uint64_t want = (end - blk * TBM_Q8_0_BYTES + TBM_Q8_0_BYTES - 1) / TBM_Q8_0_BYTES;
+        size_t count =
+            row_run(gt, e, want < CHUNK / TBM_Q8_0_ELEMS ? want * TBM_Q8_0_ELEMS : CHUNK);
+        int r = expand_run(v, t, s, source_element(gt, e), count, s->f32);
+        if (r < 0)
+            return r;
+        tbm_q8_0_quantize(v->model->isa, s->f32, count / TBM_Q8_0_ELEMS, s->q8);
+        size_t skip = (size_t)(pos - blk * TBM_Q8_0_BYTES);
+        size_t n = count / TBM_Q8_0_ELEMS * TBM_Q8_0_BYTES - skip;
+        n = n < end - pos ? n : (size_t)(end - pos);
+        memcpy(buf + (pos - b0), s->q8 + skip, n);
+        pos += n;
+    }
+    return 0;
+}
+
+/* Zeroes the bytes of element i that buf (stored bytes [s0, s1)) holds when
+ * its mask prunes it: an element cut by either end of a run. */
+static int clear_cut(const struct tbm_tensor *t, char *buf, uint64_t s0, uint64_t s1, uint64_t i)
+{
+    size_t es = tbm_precision_size(t->hdr.precision);
+    uint32_t m = t->hdr.nm_m;
+    uint8_t word[4];
+    int r = tbm_mask_read(t, i / m, 1, word);
+
+    if (r < 0 || word[i % m / 8] >> (i % m % 8) & 1)
+        return r;
+    uint64_t a = i * es > s0 ? i * es : s0, b = (i + 1) * es < s1 ? (i + 1) * es : s1;
+    memset(buf + (a - s0), 0, (size_t)(b - a));
+    return 0;
+}
+
+/* Stored bytes [s0, s1) of t, which lie in one row, into buf, masked: whole
+ * elements read in place and masked by the kernel, an element cut by either
+ * end zeroed when pruned. */
+static int stored_run(const struct tbm_views *v, const struct tbm_tensor *t, struct scratch *s,
+                      char *buf, uint64_t s0, uint64_t s1)
+{
+    size_t es = tbm_precision_size(t->hdr.precision);
+    uint32_t m = t->hdr.nm_m;
+    int r = tbm_source_read_full(t->src, buf, (size_t)(s1 - s0), t->weights.off + s0);
+
+    if (r < 0 || !t->mask_usable)
+        return r;
+    uint64_t first = s0 / es, last = (s1 - 1) / es; /* elements touched */
+    uint64_t lo = (s0 + es - 1) / es, hi = s1 / es; /* whole ones */
+    if (first < lo && (r = clear_cut(t, buf, s0, s1, first)) < 0)
+        return r;
+    if (hi <= last && !(last == first && first < lo) && (r = clear_cut(t, buf, s0, s1, last)) < 0)
+        return r;
+    for (uint64_t i = lo; i < hi;) {
+        size_t count = hi - i < CHUNK ? (size_t)(hi - i) : CHUNK;
+        uint64_t g0 = i / m, g1 = (i + count - 1) / m;
+        if ((r = tbm_mask_read(t, g0, g1 - g0 + 1, s->mask)) < 0)
+            return r;
+        tbm_mask_apply(v->model->isa, t->hdr.precision, buf + (i * es - s0), s->mask, m, i, count);
+        i += count;
+    }
+    return 0;
+}
+
+/* Bytes [b0, b0 + len) of a tensor's data in its stored type: its rows in
+ * GGUF order, each a run of the stored bytes. */
+static int stored_bytes(const struct tbm_views *v, const struct tbm_gguf_tensor *gt,
+                        struct scratch *s, char *buf, uint64_t b0, size_t len)
+{
+    const struct tbm_tensor *t = &v->model->tensors[gt->t];
+    /* rows in place are one run */
+    uint64_t row =
+        (gt->heads ? gt->cols : gt->rows * gt->cols) * tbm_precision_size(t->hdr.precision);
+
+    for (uint64_t pos = b0, end = b0 + len; pos < end;) {
+        uint64_t g = pos / row, in = pos % row;
+        uint64_t n = row - in < end - pos ? row - in : end - pos;
+        uint64_t s0 = source_row(gt, g) * row + in;
+        int r = stored_run(v, t, s, buf + (pos - b0), s0, s0 + n);
+        if (r < 0)
+            return r;
+        pos += n;
+    }
+    return 0;
+}
+
+/* Whether a piece's data is its tensor's stored bytes (masked). */
+static bool stored_type(const struct tbm_tensor *t, uint32_t type)
+{
+    static const uint32_t native[] = {TBM_GGUF_F32, TBM_GGUF_F16, TBM_GGUF_BF16, UINT32_MAX};
+
+    return native[t->hdr.precision] == type;
+}
+
+static int piece_bytes(const struct tbm_views *v, const struct tbm_gguf_piece *p, char *buf,
+                       uint64_t b0, size_t len)
+{
+    const struct tbm_gguf_tensor *gt = &v->gguf->tensors[p->k];
+    struct scratch *s = thread_scratch();
+
+    if (!s)
+        return TBM_ERR_NOMEM;
+    if (p->type == TBM_GGUF_Q8_0)
+        return q8_0_bytes(v, gt, s, buf, b0, len);
+    if (stored_type(&v->model->tensors[gt->t], p->type))
+        return stored_bytes(v, gt, s, buf, b0, len);
+    return f32_bytes(v, gt, s, buf, b0, len);
+}
+
+/* The first piece that ends after off (npieces when none). */
+static size_t piece_at(const struct tbm_gguf_file *f, uint64_t off)
+{
+    size_t lo = 0, hi = f->npieces;
+
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (f->pieces[mid].start + f->pieces[mid].len <= off)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+static int file_read(const struct tbm_views *v, const struct tbm_gguf_file *f, char *buf,
+                     uint64_t off, size_t len, size_t *got)
+{
+    size_t done = 0;
+
+    *got = 0;
+    if (off >= f->size)
+        return 0;
+    if (len > f->size - off)
+        len = (size_t)(f->size - off);
+    if (off < f->head_len)
+        tbm_copy_range(buf, off, len, (const char *)f->head, f->head_len, &done);
+    for (size_t k = piece_at(f, off + done); done < len;) {
+        uint64_t pos = off + done;
+        const struct tbm_gguf_piece *p = k < f->npieces ? &f->pieces[k] : NULL;
+        if (!p || pos < p->start) { /* padding after a tensor */
+            uint64_t gap = (p ? p->start : f->size) - pos;
+            size_t n = gap < len - done ? (size_t)gap : len - done;
+            memset(buf + done, 0, n);
+            done += n;
+            continue;
+        }
+        uint64_t in = pos - p->start;
+        size_t n = p->len - in < len - done ? (size_t)(p->len - in) : len - done;
+        int r = piece_bytes(v, p, buf + done, in, n);
+        if (r < 0)
+            return r;
+        done += n;
+        k++;
+    }
+    *got = len;
+    return 0;
+}
+
+int tbm_gguf_size(const struct tbm_views *v, size_t t, uint64_t *size)
+{
+    (void)t;
+    *size = v->gguf->files[0].size;
+    return 0;
+}
+
+int tbm_gguf_q8_0_size(const struct tbm_views *v, size_t t, uint64_t *size)
+{
+    (void)t;
+    *size = v->gguf->files[1].size;
+    return 0;
+}
+
+int tbm_gguf_read(const struct tbm_views *v, size_t t, char *buf, uint64_t off, size_t len,
+                  size_t *got)
+{
+    (void)t;
+    return file_read(v, &v->gguf->files[0], buf, off, len, got);
+}
+
+int tbm_gguf_q8_0_read(const struct tbm_views *v, size_t t, char *buf, uint64_t off, size_t len,
+                       size_t *got)
+{
+    (void)t;
+    return file_read(v, &v->gguf->files[1], buf, off, len, got);
+}
+
+/* model.gguf's bytes that are a tensor's stored bytes as they are (stored
+ * type, rows in place, no mask applied) are sent as stored, as
+ * model.safetensors' are: only a range wholly inside one such tensor, as a
+ * reply short of the request reads as the end of the file. */
+int tbm_gguf_span(const struct tbm_views *v, size_t t, uint64_t off, size_t len,
+                  struct tbm_span *out)
+{
+    const struct tbm_gguf_file *f = &v->gguf->files[0];
+
+    (void)t;
+    *out = (struct tbm_span){0};
+    if (off >= f->size)
+        return 1;
+    size_t k = piece_at(f, off);
+    if (k == f->npieces || off < f->pieces[k].start)
+        return 0;
+    const struct tbm_gguf_piece *p = &f->pieces[k];
+    const struct tbm_gguf_tensor *gt = &v->gguf->tensors[p->k];
+    const struct tbm_tensor *tensor = &v->model->tensors[gt->t];
+    uint64_t in = off - p->start;
+    if (len == 0 || len > p->len - in || gt->heads != 0 || !stored_type(tensor, p->type) ||
+        (tensor->hdr.nm_m != 0 && tensor->mask_usable))
+        return 0;
+    *out = (struct tbm_span){.src = tensor->src, .pos = tensor->weights.off + in, .len = len};
+    return 1;
+}

@@ -1,0 +1,50 @@
+/* The layout of model.gguf and model.Q8_0.gguf shared by the file that
+ * fixes it at mount (gguf_layout.c) and the one that serves reads (gguf.c). */
+#ifndef TBM_VIEWS_GGUF_H
+#define TBM_VIEWS_GGUF_H
+
+#include "internal.h"
+
+/* GGUF tensor types (ggml's enum ggml_type). */
+enum {
+    TBM_GGUF_F32 = 0,
+    TBM_GGUF_F16 = 1,
+    TBM_GGUF_Q8_0 = 8,
+    TBM_GGUF_BF16 = 30,
+};
+
+/* A tensor of the files, in index order. */
+struct tbm_gguf_tensor {
+    size_t t;   /* in the model */
+    char *name; /* its GGUF name */
+    bool matrix;
+    uint64_t rows, cols; /* 1 x n for a 1-D tensor */
+    uint32_t heads;      /* rows permuted as llama.cpp's converter does, in that
+                          * many heads (attn_q, attn_k of Hugging Face names); 0: not */
+};
+
+/* A tensor's data in one file: [start, start + len), then zeros to 32. */
+struct tbm_gguf_piece {
+    uint64_t start, len;
+    size_t k; /* in tbm_gguf.tensors */
+    uint32_t type;
+};
+
+struct tbm_gguf_file {
+    uint8_t *head; /* everything before the data, padded to 32 */
+    size_t head_len;
+    struct tbm_gguf_piece *pieces; /* by start */
+    size_t npieces;
+    uint64_t size;
+};
+
+struct tbm_gguf {
+    bool llama;    /* the architecture is llama or mistral */
+    bool ok;       /* the files exist */
+    char *missing; /* llama but no files: why, one line for model.json */
+    struct tbm_gguf_tensor *tensors;
+    size_t ntensors;
+    struct tbm_gguf_file files[2]; /* model.gguf, model.Q8_0.gguf */
+};
+
+#endif

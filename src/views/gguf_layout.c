@@ -1,0 +1,611 @@
+/* model.gguf and model.Q8_0.gguf, at mount: whether the model can be a GGUF
+ * (llama or mistral, the config's keys, every tensor llama.cpp needs, sound
+ * and of the shape the config implies), which tensors go in under which GGUF
+ * name, and the two files' header bytes and data layout, fixed once. */
+#include "gguf.h"
+
+#include "tbm/names.h"
+
+#include <json-c/json.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#define ALIGN 32u
+
+/* The per-layer tensors: Hugging Face suffix after "model.layers.N.", GGUF
+ * suffix after "blk.N.", and the shape as rows and columns in units of the
+ * config (1-D when cols is NONE). */
+enum dim { NONE, HIDDEN, KV, INTER, VOCAB };
+
+struct slot_kind {
+    const char *hf, *gguf;
+    enum dim rows, cols;
+    bool permute_q, permute_k;
+};
+
+static const struct slot_kind layer_kinds[] = {
+    {"input_layernorm.weight", "attn_norm.weight", HIDDEN, NONE, false, false},
+    {"self_attn.q_proj.weight", "attn_q.weight", HIDDEN, HIDDEN, true, false},
+    {"self_attn.k_proj.weight", "attn_k.weight", KV, HIDDEN, false, true},
+    {"self_attn.v_proj.weight", "attn_v.weight", KV, HIDDEN, false, false},
+    {"self_attn.o_proj.weight", "attn_output.weight", HIDDEN, HIDDEN, false, false},
+    {"post_attention_layernorm.weight", "ffn_norm.weight", HIDDEN, NONE, false, false},
+    {"mlp.gate_proj.weight", "ffn_gate.weight", INTER, HIDDEN, false, false},
+    {"mlp.up_proj.weight", "ffn_up.weight", INTER, HIDDEN, false, false},
+    {"mlp.down_proj.weight", "ffn_down.weight", HIDDEN, INTER, false, false},
+};
+#define LAYER_KINDS (sizeof(layer_kinds) / sizeof(layer_kinds[0]))
+
+/* The whole-model tensors: slots 0, 1, 2 (output optional). */
+static const struct slot_kind top_kinds[] = {
+    {"model.embed_tokens.weight", "token_embd.weight", VOCAB, HIDDEN, false, false},
+    {"model.norm.weight", "output_norm.weight", HIDDEN, NONE, false, false},
+    {"lm_head.weight", "output.weight", VOCAB, HIDDEN, false, false},
+};
+#define TOP_KINDS   3
+#define OUTPUT_SLOT 2
+
+/* The config's numbers the files need. */
+struct llama_config {
+    uint32_t hidden, heads, kv_heads, layers, inter, vocab, context;
+    float rope_theta, norm_eps;
+};
+
+static const struct slot_kind *slot_kind(size_t slot)
+{
+    return slot < TOP_KINDS ? &top_kinds[slot] : &layer_kinds[(slot - TOP_KINDS) % LAYER_KINDS];
+}
+
+static uint64_t dim_value(const struct llama_config *c, enum dim d)
+{
+    switch (d) {
+    case HIDDEN:
+        return c->hidden;
+    case KV:
+        return (uint64_t)c->kv_heads * (c->hidden / c->heads);
+    case INTER:
+        return c->inter;
+    case VOCAB:
+        return c->vocab;
+    case NONE:
+        break;
+    }
+    return 0;
+}
+
+/* Sets why (once: the first reason is the one given). */
+static void say(char **why, const char *fmt, ...)
+{
+    va_list ap;
+    char *line;
+
+    if (*why)
+        return;
+    va_start(ap, fmt);
+    if (vasprintf(&line, fmt, ap) >= 0)
+        *why = line;
+    va_end(ap);
+}
+
+/* --- the config --- */
+
+/* A whole number from 1 to 2^32 - 1 under key, or def when absent (def 0:
+ * required). */
+static bool config_u32(const struct json_object *config, const char *key, uint32_t def,
+                       uint32_t *out, char **why)
+{
+    struct json_object *o;
+
+    if (!config || !json_object_object_get_ex(config, key, &o)) {
+        if (def == 0)
+            say(why, "no model.gguf: the config has no %s", key);
+        *out = def;
+        return def != 0;
+    }
+    if (!json_object_is_type(o, json_type_int) || json_object_get_int64(o) < 1 ||
+        json_object_get_uint64(o) > UINT32_MAX) {
+        say(why, "no model.gguf: the config's %s is not a whole number from 1 to 4294967295", key);
+        return false;
+    }
+    *out = (uint32_t)json_object_get_uint64(o);
+    return true;
+}
+
+/* A positive finite number under key, as float32, or def when absent. */
+static bool config_f32(const struct json_object *config, const char *key, float def, float *out,
+                       char **why)
+{
+    struct json_object *o;
+
+    *out = def;
+    if (!config || !json_object_object_get_ex(config, key, &o))
+        return true;
+    double d = json_object_get_double(o);
+    if ((!json_object_is_type(o, json_type_double) && !json_object_is_type(o, json_type_int)) ||
+        !(d > 0) || (float)d > 3.40282347e38f || (float)d == 0.0f) {
+        say(why, "no model.gguf: the config's %s is not a positive number a float32 holds", key);
+        return false;
+    }
+    *out = (float)d;
+    return true;
+}
+
+static bool read_config(const struct json_object *config, struct llama_config *c, char **why)
+{
+    if (!config_u32(config, "hidden_size", 0, &c->hidden, why) ||
+        !config_u32(config, "num_heads", 0, &c->heads, why) ||
+        !config_u32(config, "num_layers", 0, &c->layers, why) ||
+        !config_u32(config, "intermediate_size", 0, &c->inter, why) ||
+        !config_u32(config, "vocab_size", 0, &c->vocab, why) ||
+        !config_u32(config, "num_kv_heads", c->heads, &c->kv_heads, why) ||
+        !config_u32(config, "max_seq_len", 2048, &c->context, why) ||
+        !config_f32(config, "rope_theta", 10000.0f, &c->rope_theta, why) ||
+        !config_f32(config, "norm_eps", 1e-5f, &c->norm_eps, why))
+        return false;
+    if (c->hidden % c->heads != 0 || (c->hidden / c->heads) % 2 != 0) {
+        say(why,
+            "no model.gguf: hidden_size %u is not a multiple of num_heads %u with an even "
+            "number per head",
+            c->hidden, c->heads);
+        return false;
+    }
+    /* llama.cpp shares each key/value head among num_heads / num_kv_heads
+     * query heads: a remainder has no meaning to it */
+    if (c->kv_heads > c->heads || c->heads % c->kv_heads != 0) {
+        say(why, "no model.gguf: num_heads %u is not a multiple of num_kv_heads %u", c->heads,
+            c->kv_heads);
+        return false;
+    }
+    return true;
+}
+
+/* --- tensor names --- */
+
+/* Parses a layer number, decimal without leading zeros, ending at '.';
+ * *end points past the dot. */
+static bool layer_number(const char *s, const char *limit, uint64_t *n, const char **end)
+{
+    const char *p = s;
+
+    *n = 0;
+    if (p == limit || *p < '0' || *p > '9' || (*p == '0' && p + 1 < limit && p[1] != '.'))
+        return false;
+    for (; p < limit && *p >= '0' && *p <= '9'; p++) {
+        if (*n > UINT32_MAX)
+            return false;
+        *n = *n * 10 + (uint64_t)(*p - '0');
+    }
+    if (p == limit || *p != '.')
+        return false;
+    *end = p + 1;
+    return true;
+}
+
+/* The slot of a tensor name (len bytes) in a model of layers layers, and
+ * whether it is a Hugging Face name (so that q and k are permuted); -1 for
+ * a name llama.cpp does not expect. */
+static long name_slot(const char *name, size_t len, uint32_t layers, bool *hf)
+{
+    static const char *const prefix[2] = {"blk.", "model.layers."};
+
+    for (size_t k = 0; k < TOP_KINDS; k++) {
+        for (int h = 0; h < 2; h++) {
+            const char *want = h ? top_kinds[k].hf : top_kinds[k].gguf;
+            if (len == strlen(want) && memcmp(name, want, len) == 0) {
+                *hf = h;
+                return (long)k;
+            }
+        }
+    }
+    for (int h = 0; h < 2; h++) {
+        size_t pl = strlen(prefix[h]);
+        const char *rest;
+        uint64_t n;
+
+        if (len <= pl || memcmp(name, prefix[h], pl) != 0 ||
+            !layer_number(name + pl, name + len, &n, &rest) || n >= layers)
+            continue;
+        for (size_t k = 0; k < LAYER_KINDS; k++) {
+            const char *want = h ? layer_kinds[k].hf : layer_kinds[k].gguf;
+            if ((size_t)(name + len - rest) == strlen(want) &&
+                memcmp(rest, want, strlen(want)) == 0) {
+                *hf = h;
+                return (long)(TOP_KINDS + n * LAYER_KINDS + k);
+            }
+        }
+    }
+    return -1;
+}
+
+/* The Hugging Face name of a slot, for messages. */
+static void slot_name(size_t slot, char *out, size_t size)
+{
+    if (slot < TOP_KINDS)
+        snprintf(out, size, "%s", top_kinds[slot].hf);
+    else
+        snprintf(out, size, "model.layers.%zu.%s", (slot - TOP_KINDS) / LAYER_KINDS,
+                 slot_kind(slot)->hf);
+}
+
+static void gguf_name(size_t slot, char *out, size_t size)
+{
+    if (slot < TOP_KINDS)
+        snprintf(out, size, "%s", top_kinds[slot].gguf);
+    else
+        snprintf(out, size, "blk.%zu.%s", (slot - TOP_KINDS) / LAYER_KINDS, slot_kind(slot)->gguf);
+}
+
+/* Whether tensor t has the shape its slot needs; says why not. */
+static bool shape_ok(const struct tbm_tensor *t, const struct slot_kind *kind,
+                     const struct llama_config *c, char **why)
+{
+    char name[TBM_NAME_MAX * 4 + 8];
+    uint64_t rows = dim_value(c, kind->rows), cols = dim_value(c, kind->cols);
+    size_t ndim = kind->cols == NONE ? 1 : 2;
+
+    if (t->shape && t->shape_matches && t->ndim == ndim && t->shape[0] == rows &&
+        (ndim == 1 || t->shape[1] == cols))
+        return true;
+    tbm_text_clean(name, sizeof(name), t->name, t->name_len);
+    if (ndim == 1)
+        say(why, "no model.gguf: %s does not have the shape [%llu]", name,
+            (unsigned long long)rows);
+    else
+        say(why, "no model.gguf: %s does not have the shape [%llu, %llu]", name,
+            (unsigned long long)rows, (unsigned long long)cols);
+    return false;
+}
+
+/* Fills slots[] (tensor index + 1 per slot, 0 when absent) from the index;
+ * false with why when a needed tensor is there twice or unsound. */
+static bool fill_slots(const struct tbm_views *v, const struct llama_config *c, size_t *slots,
+                       bool *hf_names, char **why)
+{
+    const struct tbm_model *m = v->model;
+    char name[TBM_NAME_MAX * 4 + 8];
+
+    for (size_t t = 0; t < m->ntensors; t++) {
+        const struct tbm_tensor *tensor = &m->tensors[t];
+        bool hf;
+        long slot = name_slot(tensor->name, tensor->name_len, c->layers, &hf);
+
+        if (slot < 0)
+            continue;
+        tbm_text_clean(name, sizeof(name), tensor->name, tensor->name_len);
+        if (slots[slot]) {
+            say(why, "no model.gguf: %s is there twice", name);
+            return false;
+        }
+        if (tensor->problems.count != 0 || !tbm_dense_servable(v, t)) {
+            say(why, "no model.gguf: %s has problems", name);
+            return false;
+        }
+        if (!shape_ok(tensor, slot_kind((size_t)slot), c, why))
+            return false;
+        slots[slot] = t + 1;
+        hf_names[slot] = hf;
+    }
+    for (size_t s = 0; s < TOP_KINDS + (size_t)c->layers * LAYER_KINDS; s++) {
+        if (s != OUTPUT_SLOT && !slots[s]) {
+            slot_name(s, name, sizeof(name));
+            say(why, "no model.gguf: %s is missing", name);
+            return false;
+        }
+    }
+    return true;
+}
+
+/* --- the header bytes --- */
+
+struct wbuf {
+    uint8_t *p;
+    size_t len, cap;
+    bool failed;
+};
+
+static void put(struct wbuf *b, const void *data, size_t len)
+{
+    if (b->failed)
+        return;
+    if (b->cap - b->len < len) {
+        size_t cap = b->cap ? b->cap : 4096;
+        while (cap - b->len < len)
+            cap *= 2;
+        uint8_t *p = realloc(b->p, cap);
+        if (!p) {
+            b->failed = true;
+            return;
+        }
+        b->p = p;
+        b->cap = cap;
+    }
+    memcpy(b->p + b->len, data, len);
+    b->len += len;
+}
+
+/* Little-endian like the host (x86-64) and the format. */
+static void put_u32(struct wbuf *b, uint32_t v)
+{
+    put(b, &v, sizeof v);
+}
+
+static void put_u64(struct wbuf *b, uint64_t v)
+{
+    put(b, &v, sizeof v);
+}
+
+static void put_str(struct wbuf *b, const char *s, size_t len)
+{
+    put_u64(b, len);
+    put(b, s, len);
+}
+
+enum { KV_UINT32 = 4, KV_FLOAT32 = 6, KV_STRING = 8, KV_ARRAY = 9 };
+
+static void kv_key(struct wbuf *b, const char *key, uint32_t type)
+{
+    put_str(b, key, strlen(key));
+    put_u32(b, type);
+}
+
+static void kv_u32(struct wbuf *b, const char *key, uint32_t v)
+{
+    kv_key(b, key, KV_UINT32);
+    put_u32(b, v);
+}
+
+static void kv_f32(struct wbuf *b, const char *key, float v)
+{
+    kv_key(b, key, KV_FLOAT32);
+    put(b, &v, sizeof v);
+}
+
+static void kv_str(struct wbuf *b, const char *key, const char *v)
+{
+    kv_key(b, key, KV_STRING);
+    put_str(b, v, strlen(v));
+}
+
+/* general.name: the source's file name without its extension (a URL's
+ * query and fragment left out), as clean text. */
+static void model_name(const char *path, char *out, size_t size)
+{
+    size_t end = strcspn(path, "?#");
+    size_t start = end;
+
+    if (!tbm_source_is_url(path))
+        end = strlen(path), start = end;
+    while (start > 0 && path[start - 1] != '/')
+        start--;
+    for (size_t k = end; k > start + 1; k--) {
+        if (path[k - 1] == '.') {
+            end = k - 1;
+            break;
+        }
+    }
+    tbm_text_clean(out, size, path + start, end - start);
+}
+
+static uint64_t type_bytes(uint32_t type, uint64_t n)
+{
+    switch (type) {
+    case TBM_GGUF_F16:
+    case TBM_GGUF_BF16:
+        return n * 2;
+    case TBM_GGUF_Q8_0:
+        return n / TBM_Q8_0_ELEMS * TBM_Q8_0_BYTES;
+    }
+    return n * 4;
+}
+
+/* The type a tensor has in each file. */
+static uint32_t file_type_of(const struct tbm_gguf_tensor *g, unsigned precision, bool q8)
+{
+    static const uint32_t native[] = {TBM_GGUF_F32, TBM_GGUF_F16, TBM_GGUF_BF16, TBM_GGUF_F32};
+
+    if (!g->matrix)
+        return TBM_GGUF_F32;
+    if (q8)
+        return g->cols % TBM_Q8_0_ELEMS == 0 ? TBM_GGUF_Q8_0 : TBM_GGUF_F32;
+    return native[precision];
+}
+
+/* general.file_type of model.gguf: the type most matrix elements have, the
+ * lower number on a tie (llama.cpp's 0 F32, 1 F16, 32 BF16). */
+static uint32_t native_file_type(const struct tbm_views *v, const struct tbm_gguf *g)
+{
+    uint64_t count[3] = {0, 0, 0};
+
+    for (size_t k = 0; k < g->ntensors; k++) {
+        const struct tbm_gguf_tensor *gt = &g->tensors[k];
+        if (!gt->matrix)
+            continue;
+        uint32_t type = file_type_of(gt, v->model->tensors[gt->t].hdr.precision, false);
+        count[type == TBM_GGUF_F32 ? 0 : type == TBM_GGUF_F16 ? 1 : 2] += gt->rows * gt->cols;
+    }
+    return count[0] >= count[1] && count[0] >= count[2] ? 0 : count[1] >= count[2] ? 1 : 32;
+}
+
+static void put_kvs(struct wbuf *b, const struct tbm_views *v, const struct tbm_gguf *g,
+                    const struct llama_config *c, bool q8)
+{
+    const struct tbm_model *m = v->model;
+    char name[4096];
+
+    model_name(m->path, name, sizeof(name));
+    kv_str(b, "general.architecture", "llama");
+    kv_str(b, "general.name", name);
+    kv_u32(b, "general.alignment", ALIGN);
+    kv_u32(b, "general.file_type", q8 ? 7 : native_file_type(v, g));
+    if (q8)
+        kv_u32(b, "general.quantization_version", 2);
+    kv_u32(b, "llama.context_length", c->context);
+    kv_u32(b, "llama.embedding_length", c->hidden);
+    kv_u32(b, "llama.block_count", c->layers);
+    kv_u32(b, "llama.feed_forward_length", c->inter);
+    kv_u32(b, "llama.attention.head_count", c->heads);
+    kv_u32(b, "llama.attention.head_count_kv", c->kv_heads);
+    kv_u32(b, "llama.rope.dimension_count", c->hidden / c->heads);
+    kv_u32(b, "llama.vocab_size", c->vocab);
+    kv_f32(b, "llama.rope.freq_base", c->rope_theta);
+    kv_f32(b, "llama.attention.layer_norm_rms_epsilon", c->norm_eps);
+    kv_str(b, "tokenizer.ggml.model", "none");
+    kv_key(b, "tbmfs.omitted", KV_ARRAY);
+    put_u32(b, KV_STRING);
+    put_u64(b, m->ntensors - g->ntensors);
+    for (size_t t = 0, k = 0; t < m->ntensors; t++) {
+        if (k < g->ntensors && g->tensors[k].t == t) {
+            k++;
+            continue;
+        }
+        put_str(b, m->tensors[t].name, m->tensors[t].name_len);
+    }
+}
+
+/* Renders one file's header and places each tensor's data after it. */
+static int build_file(const struct tbm_views *v, struct tbm_gguf *g, const struct llama_config *c,
+                      bool q8, struct tbm_gguf_file *f)
+{
+    struct wbuf b = {0};
+    uint64_t data = 0;
+
+    put(&b, "GGUF", 4);
+    put_u32(&b, 3);
+    put_u64(&b, g->ntensors);
+    put_u64(&b, q8 ? 17 : 16);
+    put_kvs(&b, v, g, c, q8);
+    for (size_t k = 0; k < g->ntensors; k++) {
+        const struct tbm_gguf_tensor *gt = &g->tensors[k];
+        uint32_t type = file_type_of(gt, v->model->tensors[gt->t].hdr.precision, q8);
+        uint64_t len = type_bytes(type, gt->rows * gt->cols);
+
+        put_str(&b, gt->name, strlen(gt->name));
+        put_u32(&b, gt->matrix ? 2 : 1);
+        put_u64(&b, gt->cols);
+        if (gt->matrix)
+            put_u64(&b, gt->rows);
+        put_u32(&b, type);
+        put_u64(&b, data);
+        f->pieces[k] = (struct tbm_gguf_piece){.start = data, .len = len, .k = k, .type = type};
+        data += (len + ALIGN - 1) / ALIGN * ALIGN;
+    }
+    static const uint8_t zeros[ALIGN];
+    put(&b, zeros, (ALIGN - b.len % ALIGN) % ALIGN);
+    if (b.failed) {
+        free(b.p);
+        return TBM_ERR_NOMEM;
+    }
+    f->head = b.p;
+    f->head_len = b.len;
+    f->npieces = g->ntensors;
+    for (size_t k = 0; k < f->npieces; k++)
+        f->pieces[k].start += f->head_len;
+    f->size = f->head_len + data;
+    return 0;
+}
+
+/* The tensors that go in, in index order, with their GGUF names. */
+static int take_tensors(const struct tbm_views *v, const struct llama_config *c,
+                        const size_t *slots, const bool *hf_names, size_t nslots,
+                        struct tbm_gguf *g)
+{
+    const struct tbm_model *m = v->model;
+    size_t *slot_of = malloc((m->ntensors ? m->ntensors : 1) * sizeof(*slot_of));
+    char name[64];
+
+    if (!slot_of)
+        return TBM_ERR_NOMEM;
+    for (size_t t = 0; t < m->ntensors; t++)
+        slot_of[t] = SIZE_MAX;
+    for (size_t s = 0; s < nslots; s++)
+        if (slots[s])
+            slot_of[slots[s] - 1] = s;
+    for (size_t t = 0; t < m->ntensors; t++) {
+        size_t s = slot_of[t];
+        if (s == SIZE_MAX)
+            continue;
+        const struct slot_kind *kind = slot_kind(s);
+        struct tbm_gguf_tensor *gt = &g->tensors[g->ntensors++];
+        gguf_name(s, name, sizeof(name));
+        gt->t = t;
+        gt->matrix = kind->cols != NONE;
+        gt->rows = gt->matrix ? m->tensors[t].shape[0] : 1;
+        gt->cols = gt->matrix ? m->tensors[t].shape[1] : m->tensors[t].shape[0];
+        gt->heads = !hf_names[s]      ? 0
+                    : kind->permute_q ? c->heads
+                    : kind->permute_k ? c->kv_heads
+                                      : 0;
+        if (!(gt->name = strdup(name))) {
+            free(slot_of);
+            return TBM_ERR_NOMEM;
+        }
+    }
+    free(slot_of);
+    return 0;
+}
+
+/* Lays out both files of a model that can be one, or says why it cannot. */
+static int lay_out(const struct tbm_views *v, struct tbm_gguf *g)
+{
+    const struct tbm_model *m = v->model;
+    struct llama_config c;
+    size_t nslots;
+    size_t *slots = NULL;
+    bool *hf = NULL;
+    int r = TBM_ERR_NOMEM;
+
+    if (!read_config(m->config, &c, &g->missing))
+        return g->missing ? 0 : TBM_ERR_NOMEM;
+    nslots = TOP_KINDS + (size_t)c.layers * LAYER_KINDS;
+    if (!(slots = calloc(nslots, sizeof(*slots))) || !(hf = calloc(nslots, sizeof(*hf))))
+        goto cleanup;
+    if (!fill_slots(v, &c, slots, hf, &g->missing)) {
+        r = g->missing ? 0 : TBM_ERR_NOMEM;
+        goto cleanup;
+    }
+    if (!(g->tensors = calloc(nslots, sizeof(*g->tensors))) ||
+        !(g->files[0].pieces = calloc(nslots, sizeof(*g->files[0].pieces))) ||
+        !(g->files[1].pieces = calloc(nslots, sizeof(*g->files[1].pieces))))
+        goto cleanup;
+    if ((r = take_tensors(v, &c, slots, hf, nslots, g)) < 0 ||
+        (r = build_file(v, g, &c, false, &g->files[0])) < 0 ||
+        (r = build_file(v, g, &c, true, &g->files[1])) < 0)
+        goto cleanup;
+    g->ok = true;
+cleanup:
+    free(slots);
+    free(hf);
+    return r;
+}
+
+int tbm_gguf_init(struct tbm_views *v)
+{
+    const char *arch = v->model->architecture;
+    struct tbm_gguf *g = calloc(1, sizeof(*g));
+
+    if (!g)
+        return TBM_ERR_NOMEM;
+    v->gguf = g;
+    g->llama = arch && (strcasecmp(arch, "llama") == 0 || strcasecmp(arch, "mistral") == 0);
+    return g->llama ? lay_out(v, g) : 0;
+}
+
+void tbm_gguf_free(struct tbm_views *v)
+{
+    struct tbm_gguf *g = v->gguf;
+
+    if (!g)
+        return;
+    for (size_t k = 0; g->tensors && k < g->ntensors; k++)
+        free(g->tensors[k].name);
+    free(g->tensors);
+    for (int f = 0; f < 2; f++) {
+        free(g->files[f].head);
+        free(g->files[f].pieces);
+    }
+    free(g->missing);
+    free(g);
+}

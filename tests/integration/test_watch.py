@@ -1,0 +1,82 @@
+#!/usr/bin/python3
+"""Integration test of change detection that does not wait for a request (contract v2, "A
+source that changes under the mount"): views read before an in-place change (and so in the
+kernel's page cache) fail with EIO when read again at once, for a rewrite, a truncation and an
+append, of a container and of one file of a manifest; the change is logged once."""
+
+import json
+import os
+import time
+
+import harness
+import models
+from harness import CMD_TIMEOUT, Mount, check, ename, eq, errno_of, read_all, run
+
+VIEWS = ("raw.tb", "weights.bin", "mask.bin", "dense.f32", "dense.npy")
+# Between the change and the read that must see it: the watch has this long to drop the pages.
+AT_ONCE = 0.02
+
+
+def tensors(gen, seed):
+    mk = gen.make_tensor
+    return [mk("a.fp32", [64, 64], "fp32", (2, 4), seed),
+            mk("b.fp16", [64, 64], "fp16", (2, 4), seed + 1)]
+
+
+def change(path, how, other):
+    if how == "rewrite":
+        with open(other, "rb") as f, open(path, "r+b") as g:
+            g.write(f.read())  # same size, in place
+    elif how == "truncate":
+        os.truncate(path, os.path.getsize(path) - 1000)
+    elif how == "append":
+        with open(path, "ab") as g:
+            g.write(b"more")
+
+
+def case(suite, gen, kind, how):
+    work = os.path.join(suite.tmp, "%s-%s" % (kind, how))
+    os.makedirs(work)
+    if kind == "container":
+        source = changed = os.path.join(work, "m.tbm")
+        other = os.path.join(work, "other.tbm")
+        models.write_container(gen, source, tensors(gen, 10))
+        models.write_container(gen, other, tensors(gen, 20))
+    else:
+        source = os.path.join(work, "dir")
+        models.write_manifest(gen, source, tensors(gen, 10))
+        models.write_manifest(gen, os.path.join(work, "otherdir"), tensors(gen, 20))
+        with open(os.path.join(source, "manifest.json")) as f:
+            name = json.load(f)["tensors"][1]["file"]
+        changed = os.path.join(source, name)
+        other = os.path.join(work, "otherdir", name)
+    m = Mount(suite, source, foreground=True)
+    with m:
+        eq(m.start(), None, "mount")
+        paths = [m.p("tensors", "b.fp16", v) for v in VIEWS]
+        for p in paths:  # twice: the second read is the page cache's
+            eq(read_all(p), read_all(p), "%s before the change" % p)
+        index = read_all(m.p("index.json"))
+        change(changed, how, other)
+        time.sleep(AT_ONCE)
+        for p, view in zip(paths, VIEWS):
+            eq(ename(errno_of(read_all, p)), "EIO", "%s at once after the %s" % (view, how))
+        eq(read_all(m.p("index.json")), index, "index.json keeps reading")
+        m.unmount()
+        m.wait_exit(10)
+        m.out, m.err = (x.decode() for x in m.proc.communicate(timeout=CMD_TIMEOUT))
+    lines = [x for x in m.err.splitlines() if "changed since mount" in x]
+    eq(len(lines), 1, "one change line: %r" % m.err)
+    check(changed in lines[0] and "remount" in lines[0], "the line: %r" % lines[0])
+
+
+def main(suite):
+    gen = harness.load_gen()
+    for kind in ("container", "manifest"):
+        for how in ("rewrite", "truncate", "append"):
+            suite.case("%s changed by %s: EIO at once for views already cached" % (kind, how),
+                       lambda kind=kind, how=how: case(suite, gen, kind, how), timeout=60)
+
+
+if __name__ == "__main__":
+    run("integration-watch", main)
