@@ -8,10 +8,12 @@
 # FUZZ_TARGET picks the target: fuzz_source (default), the source-opening path
 # (seeds in tests/fuzz/corpus, findings in tests/fuzz/regressions), or
 # fuzz_split, parsing an index in slices against parsing it whole
-# (tests/fuzz/split_corpus, tests/fuzz/split_regressions), or fuzz_views,
+# (tests/fuzz/split_corpus, tests/fuzz/split_regressions), fuzz_views,
 # random ranges of every view of a model opened from arbitrary bytes written
 # over one file in memory (seeds tests/fuzz/corpus, findings in
-# tests/fuzz/views_regressions). FUZZ_BUILD names the
+# tests/fuzz/views_regressions), or fuzz_reply, what a server sends back to
+# the HTTP source (tests/fuzz/reply_corpus, tests/fuzz/reply_regressions).
+# FUZZ_BUILD names the
 # build directory (default build-fuzz). FUZZ_CORPUS names a directory that
 # keeps the grown corpus across runs (default: a temporary copy, removed at
 # the end).
@@ -26,8 +28,9 @@ case "$target" in
 fuzz_source) seeds_dir=tests/fuzz/corpus regressions=tests/fuzz/regressions ;;
 fuzz_split) seeds_dir=tests/fuzz/split_corpus regressions=tests/fuzz/split_regressions ;;
 fuzz_views) seeds_dir=tests/fuzz/corpus regressions=tests/fuzz/views_regressions ;;
+fuzz_reply) seeds_dir=tests/fuzz/reply_corpus regressions=tests/fuzz/reply_regressions ;;
 *)
-    echo "fuzz: FUZZ_TARGET=$target: not fuzz_source, fuzz_split or fuzz_views" >&2
+    echo "fuzz: FUZZ_TARGET=$target: not fuzz_source, fuzz_split, fuzz_views or fuzz_reply" >&2
     exit 2
     ;;
 esac
@@ -57,9 +60,12 @@ log="$build/$target.log"
 status=0
 # The target's own scratch directory goes under $work too, so that a run that
 # stops on a finding leaves nothing behind.
-# One dictionary serves both targets: its JSON keys and values matter to both.
+# One dictionary serves the source and split targets: its JSON keys and values
+# matter to both; fuzz_reply has its own, of header fields and S3's XML.
+dict=tests/fuzz/fuzz_source.dict
+[ "$target" = fuzz_reply ] && dict=tests/fuzz/fuzz_reply.dict
 TMPDIR="$work" "$build/tests/fuzz/$target" -max_total_time="$seconds" -timeout=10 \
-    -rss_limit_mb=2048 -max_len=32768 -dict=tests/fuzz/fuzz_source.dict -print_final_stats=1 \
+    -rss_limit_mb=2048 -max_len=32768 -dict="$dict" -print_final_stats=1 \
     -artifact_prefix="$work/artifacts/" "$@" "$corpus" > "$log" 2>&1 || status=$?
 
 findings=0

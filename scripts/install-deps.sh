@@ -7,9 +7,26 @@ packages=(
     gcc pkg-config meson ninja-build
     libfuse3-dev fuse3 libjson-c-dev libopenblas-dev libcmocka-dev zlib1g-dev
     libcurl4-openssl-dev nginx
-    python3 python3-numpy python3-pil python3-torch
+    python3 python3-numpy python3-pil python3-torch python3-boto3
     clang libclang-rt-14-dev attr
+    nodejs rclone openssl
 )
+
+# The S3 tests' signing server, from npm (which comes with the nodejs package), pinned,
+# outside the source tree.
+S3RVER_DIR=${TBMFS_S3RVER:-/opt/tbmfs-test/s3rver}
+S3RVER_PKG=@20minutes/s3rver@5.0.0
+install_s3rver() {
+    [ -f "$S3RVER_DIR/node_modules/@20minutes/s3rver/package.json" ] && return 0
+    echo "installing: $S3RVER_PKG into $S3RVER_DIR"
+    $sudo mkdir -p "$S3RVER_DIR"
+    for try in 1 2; do
+        timeout 300 $sudo npm install --no-audit --no-fund --loglevel=error --prefix "$S3RVER_DIR" \
+            "$S3RVER_PKG" && return 0
+        echo "npm install of $S3RVER_PKG failed (try $try)" >&2
+    done
+    return 1
+}
 
 # The llama.cpp test (tests/integration/test_llama.py) runs npm's node-llama-cpp, which
 # ships llama.cpp prebuilt for the CPU; it lives outside the source tree, and
@@ -29,6 +46,8 @@ if [ ${#missing[@]} -gt 0 ]; then
     $sudo apt-get update -qq
     DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
+
+install_s3rver || exit 1
 
 # One install of the npm packages, at most 5 minutes (one of three installs here hung).
 npm_install() {

@@ -2,8 +2,8 @@
 # Installs what is missing, builds tbmfs and runs every test: the whole suite
 # (unit tests and real FUSE mounts) in a normal build, a release build with
 # warnings as errors, the suite again under ASan and UBSan, then bounded
-# libFuzzer runs over the source-opening path and the
-# sliced index parse. Mounting
+# libFuzzer runs over the source-opening path, the
+# sliced index parse and what a server sends back. Mounting
 # needs root or a user allowed to use /dev/fuse.
 #
 # Usage: scripts/test.sh [--quick] [meson test arguments...]
@@ -58,3 +58,4 @@ ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 suite build-asan "$@" || exit 1
 scripts/fuzz.sh "${TBMFS_FUZZ_SECONDS:-60}" || exit 1
 FUZZ_TARGET=fuzz_split scripts/fuzz.sh "${TBMFS_FUZZ_SECONDS:-60}" || exit 1
 FUZZ_TARGET=fuzz_views scripts/fuzz.sh "${TBMFS_FUZZ_SECONDS:-60}" || exit 1
+FUZZ_TARGET=fuzz_reply scripts/fuzz.sh "${TBMFS_FUZZ_SECONDS:-60}" || exit 1

@@ -46,7 +46,8 @@ struct tbm_source_hold {
 
 struct tbm_source_ops {
     /* Reads up to len bytes at off into buf; *got is short only at the end
-     * of the source. 0, or TBM_ERR_IO / TBM_ERR_NOMEM. */
+     * of the source. 0, or TBM_ERR_IO / TBM_ERR_NOMEM (TBM_ERR_DENIED: a
+     * store refused the credentials). */
     int (*read)(struct tbm_source *src, void *buf, size_t len, uint64_t off, size_t *got);
     /* The source's identity now (a local file is fstat'ed; a remote one
      * reports what its latest response said). 0 or TBM_ERR_IO. */
@@ -141,26 +142,53 @@ static inline int tbm_source_read(struct tbm_source *src, void *buf, size_t len,
     return src->ops->read(src, buf, len, off, got);
 }
 
-/* How an HTTP(S) source is read: its block cache's size, extra request
- * headers, and how long a transfer may stall before it is retried. */
+/* How an HTTP(S) or S3 source is read: its block cache's size, extra
+ * request headers, how long a transfer may stall before it is retried, the
+ * certificate authorities to trust, and where an s3:// object is. */
 struct tbm_http_options {
     uint64_t cache_size;        /* bytes; at least 2 blocks (TBM_HTTP_CACHE_MIN) */
-    const char *const *headers; /* "Name: value", sent with every request */
+    const char *const *headers; /* "Name: value", sent with every request to the source */
     size_t nheaders;
-    unsigned timeout; /* seconds of stall (and of connecting) before a try fails */
+    const char *header_file; /* more of them, one a line, or NULL */
+    unsigned timeout;        /* seconds of stall (and of connecting) before a try fails */
+    const char *ca_file;     /* PEM CAs in place of the system's, or NULL */
+    const char *s3_endpoint; /* NULL: the environment's, else AWS */
+    const char *s3_region;   /* NULL: the environment's, else us-east-1 */
 };
 
 #define TBM_HTTP_CACHE_DEFAULT (256ull << 20)
 #define TBM_HTTP_CACHE_MIN     (2ull << 20)
 #define TBM_HTTP_TIMEOUT       30u
+/* A read waits for a transfer at most this many times the stall timeout
+ * (90 s by default; at least the timeout and 10 s) in all, whatever the
+ * server sends. */
+#define TBM_HTTP_DEADLINE_TIMEOUTS 3u
 
-/* Whether name is an http:// or https:// URL, which only tbm_source_open_http opens. */
+/* Whether name is an http://, https:// or s3:// URL, which only
+ * tbm_source_open_http opens. */
 bool tbm_source_is_url(const char *name);
 
-/* Opens the file at url, which must answer range requests: its tail is
- * fetched at once, the rest on demand through a block cache. On failure
- * returns TBM_ERR_SOURCE (or TBM_ERR_NOMEM) with the reason in why. opts may
- * be NULL for the defaults. */
+/* The URL as it may be shown (messages, the mount's source name, files of
+ * the tree): without user information ("user:password@"), query string or
+ * fragment, where secrets ride; an s3:// URL as given. malloc'ed, or NULL. */
+char *tbm_source_url_display(const char *url);
+
+/* The credentials of S3 sources are read again before their next request
+ * (for SIGHUP: async-signal-safe). */
+void tbm_source_credentials_reload(void);
+
+/* The program is stopping (for SIGTERM: async-signal-safe): transfers are
+ * given up and their readers answered with TBM_ERR_STOPPED, within a
+ * second, so that no thread of the daemon stays waiting for a server. */
+void tbm_source_stop(void);
+bool tbm_source_stopping(void);
+
+/* Opens the file at url (http://, https://, or s3://, whose requests are
+ * signed), which must answer range requests: its tail is fetched at once,
+ * the rest on demand through a block cache. On failure returns
+ * TBM_ERR_SOURCE (or TBM_ERR_NOMEM) with the reason in why, which names no
+ * secret. opts may be NULL for the defaults. The source's name is url as
+ * tbm_source_url_display shows it. */
 int tbm_source_open_http(const char *url, const struct tbm_http_options *opts,
                          struct tbm_source **out, char *why, size_t whylen);
 

@@ -1,6 +1,7 @@
 /* tbmfs --check: validates each SOURCE and reads all its weights, printing
  * every problem and warning (the report, on stdout) and a summary line. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cli.h"
@@ -38,8 +39,11 @@ static int check_one(const char *given, struct tbm_open_options *opts)
     char err[1024], source[4096];
     size_t warnings = 0;
 
-    /* every line printed is UTF-8, whatever bytes the path holds */
-    tbm_text_clean(source, sizeof(source), given, strlen(given));
+    /* every line printed is UTF-8, whatever bytes the path holds, and
+     * shows no secret a URL carries */
+    char *shown = tbm_source_url_display(given);
+    tbm_text_clean(source, sizeof(source), shown ? shown : "?", shown ? strlen(shown) : 1);
+    free(shown);
     if (tbm_open_with_progress(given, opts, &m, err, sizeof(err)) < 0) {
         tbm_log(TBM_LOG_ERROR, "%s", err);
         return 2;
@@ -49,7 +53,9 @@ static int check_one(const char *given, struct tbm_open_options *opts)
     int r = tbm_model_compute_stats(m);
     tbm_progress_stop(p);
     if (r < 0) {
-        tbm_log(TBM_LOG_ERROR, "%s: out of memory computing statistics", source);
+        tbm_log(TBM_LOG_ERROR, "%s: %s", source,
+                r == TBM_ERR_NOMEM ? "out of memory computing statistics"
+                                   : "statistics not computed: the source failed (above)");
         tbm_model_close(m);
         return 2;
     }

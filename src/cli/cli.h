@@ -28,6 +28,8 @@ struct tbm_cli {
     char **http_headers;
     size_t nheaders;
     unsigned http_timeout; /* hidden: lets the tests stall a transfer for seconds, not 30 */
+    char *http_header_file, *ca_file;
+    char *s3_endpoint, *s3_region; /* s3:// sources */
     /* -o uid=, gid=, umask=: in place of the source's owner and modes */
     unsigned uid, gid, umask;
     bool set_uid, set_gid, set_umask;

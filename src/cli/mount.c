@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <malloc.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -159,6 +160,23 @@ static int add_mount_options(struct fuse_args *args, const char *raw, unsigned m
  * in throughput. */
 #define TRANSFER_WAITERS 10
 
+static void reload_credentials(int sig)
+{
+    (void)sig;
+    tbm_source_credentials_reload();
+}
+
+/* libfuse's handler for SIGTERM and SIGINT, which ends the session. */
+static struct sigaction fuse_exit;
+
+/* Workers waiting for a server would never see the session end: sources
+ * give up their transfers first. */
+static void stop_sources(int sig)
+{
+    tbm_source_stop();
+    fuse_exit.sa_handler(sig);
+}
+
 static int serve(struct fuse_args *args, const struct tbm_cli *cli, struct tbm_fs *fs)
 {
     const struct fuse_cmdline_opts *opts = &cli->fuse;
@@ -169,6 +187,17 @@ static int serve(struct fuse_args *args, const struct tbm_cli *cli, struct tbm_f
         return 1;
     if (fuse_set_signal_handlers(se) != 0)
         goto out_destroy;
+    /* libfuse's handlers end the session on SIGHUP; ours reads the
+     * credentials of S3 sources again */
+    struct sigaction hup = {.sa_handler = reload_credentials}, stop = {.sa_handler = stop_sources};
+    sigemptyset(&hup.sa_mask);
+    sigemptyset(&stop.sa_mask);
+    sigaction(SIGHUP, &hup, NULL);
+    sigaction(SIGTERM, NULL, &fuse_exit); /* the same for SIGINT */
+    if (fuse_exit.sa_handler != SIG_DFL && fuse_exit.sa_handler != SIG_IGN) {
+        sigaction(SIGTERM, &stop, NULL);
+        sigaction(SIGINT, &stop, NULL);
+    }
     if (fuse_session_mount(se, cli->mountpoint) != 0)
         goto out_signals;
     if (fuse_daemonize(opts->foreground) != 0)

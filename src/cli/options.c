@@ -176,6 +176,36 @@ static int set_http_timeout(struct tbm_cli *cli, const char *value, const char *
     return parse_uint(value, given, 1, 3600, "must be 1 to 3600 seconds", &cli->http_timeout);
 }
 
+/* A string option given once, kept as given. */
+static int set_string(char **field, const char *value, const char *given, const char *what)
+{
+    if (!value || !*value)
+        return refuse(given, what);
+    free(*field);
+    *field = strdup(value);
+    return *field ? 0 : refuse(given, "out of memory");
+}
+
+static int set_http_header_file(struct tbm_cli *cli, const char *value, const char *given)
+{
+    return set_string(&cli->http_header_file, value, given, "must name a file");
+}
+
+static int set_ca_file(struct tbm_cli *cli, const char *value, const char *given)
+{
+    return set_string(&cli->ca_file, value, given, "must name a PEM file");
+}
+
+static int set_s3_endpoint(struct tbm_cli *cli, const char *value, const char *given)
+{
+    return set_string(&cli->s3_endpoint, value, given, "must be an http:// or https:// URL");
+}
+
+static int set_s3_region(struct tbm_cli *cli, const char *value, const char *given)
+{
+    return set_string(&cli->s3_region, value, given, "must name a region");
+}
+
 static int set_logfile(struct tbm_cli *cli, const char *value, const char *given)
 {
     if (!value || !*value)
@@ -242,8 +272,20 @@ static const struct option options[] = {
      "HTTP(S) SOURCE: block cache size (default 256M; K, M, G allowed; at least\n"
      "2M)"},
     {"http_header", "\"Name: value\"", set_http_header,
-     "HTTP(S) SOURCE: a header sent with every request (repeatable; a comma in\n"
-     "the value is written \\,)"},
+     "HTTP(S) SOURCE: a header sent with every request to SOURCE's own scheme,\n"
+     "host and port (repeatable; a comma in the value is written \\,)"},
+    {"http_header_file", "PATH", set_http_header_file,
+     "the same, one \"Name: value\" a line read from PATH (a token stays out of\n"
+     "ps)"},
+    {"ca_file", "PATH", set_ca_file,
+     "HTTPS or S3 SOURCE: trust the CAs of this PEM file in place of the\n"
+     "system's (S3: else AWS_CA_BUNDLE)"},
+    {"s3_endpoint", "URL", set_s3_endpoint,
+     "S3 SOURCE: an S3-compatible store, path-style (else AWS_ENDPOINT_URL_S3,\n"
+     "AWS_ENDPOINT_URL, else AWS)"},
+    {"s3_region", "REGION", set_s3_region,
+     "S3 SOURCE: the region signed for (else AWS_REGION, AWS_DEFAULT_REGION,\n"
+     "us-east-1)"},
     {"http_timeout", "SECONDS", set_http_timeout, NULL},
     {"logfile", "PATH", set_logfile,
      "append every message to PATH (created 0600), each line stamped with the UTC\n"
@@ -411,6 +453,10 @@ void tbm_cli_free(struct tbm_cli *cli)
     for (size_t i = 0; i < cli->nheaders; i++)
         free(cli->http_headers[i]);
     free(cli->http_headers);
+    free(cli->http_header_file);
+    free(cli->ca_file);
+    free(cli->s3_endpoint);
+    free(cli->s3_region);
     free(cli->fuse.mountpoint);
 }
 
@@ -431,7 +477,9 @@ void tbm_cli_help(const char *prog)
            "       %s --check [options] SOURCE...\n\n"
            "Mounts a Tensorbit model read-only as a tree of tensors. SOURCE is a .tbm\n"
            "container, a directory with manifest.json, a bare .tb file, or the URL of a\n"
-           ".tbm container on a web server (http:// or https://).\n\n"
+           ".tbm container on a web server (http:// or https://) or in an S3 bucket\n"
+           "(s3://BUCKET/KEY, signed with the AWS credentials of the environment or\n"
+           "~/.aws/credentials; SIGHUP reads them again).\n\n"
            "options:\n",
            prog, prog);
     for (size_t i = 0; i < NOPTIONS; i++) {
@@ -461,7 +509,11 @@ struct tbm_http_options tbm_cli_http_options(const struct tbm_cli *cli)
     return (struct tbm_http_options){.cache_size = cli->cache_size,
                                      .headers = (const char *const *)cli->http_headers,
                                      .nheaders = cli->nheaders,
-                                     .timeout = cli->http_timeout};
+                                     .header_file = cli->http_header_file,
+                                     .timeout = cli->http_timeout,
+                                     .ca_file = cli->ca_file,
+                                     .s3_endpoint = cli->s3_endpoint,
+                                     .s3_region = cli->s3_region};
 }
 
 int tbm_cli_select_isa(enum tbm_isa *isa)

@@ -139,33 +139,49 @@ bool tbm_tensor_stats_ready(const struct tbm_model *m, size_t t)
     return atomic_load_explicit(&m->stats->slots[t].ready, memory_order_acquire);
 }
 
-const struct tbm_tensor_stats *tbm_tensor_stats(const struct tbm_model *m, size_t t)
+int tbm_tensor_stats_get(const struct tbm_model *m, size_t t, const struct tbm_tensor_stats **out)
 {
     struct tbm_stats_table *st = m->stats;
     struct slot *s = &st->slots[t];
 
-    if (atomic_load_explicit(&s->ready, memory_order_acquire))
-        return &s->stats;
+    *out = NULL;
+    if (atomic_load_explicit(&s->ready, memory_order_acquire)) {
+        *out = &s->stats;
+        return 0;
+    }
     pthread_mutex_t *lock = &st->locks[t % LOCKS];
     pthread_mutex_lock(lock);
     if (!atomic_load_explicit(&s->ready, memory_order_relaxed)) {
-        if (compute(m, &m->tensors[t], s) < 0) {
+        int r = compute(m, &m->tensors[t], s);
+        if (r < 0) {
             tbm_strlist_free(&s->stats.warnings);
             memset(s, 0, sizeof(*s));
             pthread_mutex_unlock(lock);
-            return NULL;
+            return r;
         }
         atomic_store_explicit(&s->ready, true, memory_order_release);
     }
     pthread_mutex_unlock(lock);
-    return &s->stats;
+    *out = &s->stats;
+    return 0;
+}
+
+const struct tbm_tensor_stats *tbm_tensor_stats(const struct tbm_model *m, size_t t)
+{
+    const struct tbm_tensor_stats *st;
+
+    return tbm_tensor_stats_get(m, t, &st) < 0 ? NULL : st;
 }
 
 static int stats_span(struct tbm_opener *o, size_t begin, size_t end)
 {
-    for (size_t i = begin; i < end; i++)
-        if (!tbm_tensor_stats(o->m, i))
-            return TBM_ERR_NOMEM;
+    const struct tbm_tensor_stats *st;
+
+    for (size_t i = begin; i < end; i++) {
+        int r = tbm_tensor_stats_get(o->m, i, &st);
+        if (r < 0)
+            return r;
+    }
     return 0;
 }
 

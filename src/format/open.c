@@ -62,7 +62,7 @@ static int open_http(struct tbm_opener *o)
     struct tbm_model *m = o->m;
     char why[512];
 
-    int r = tbm_source_open_http(m->path, o->opts->http, &m->src, why, sizeof(why));
+    int r = tbm_source_open_http(o->given, o->opts->http, &m->src, why, sizeof(why));
     if (r < 0)
         return tbm_open_fail(o, r, "%s", why);
     m->mtime = m->src->id.mtime;
@@ -155,7 +155,8 @@ int tbm_model_open(const char *path, const struct tbm_open_options *opts, struct
     m->dirfd = -1;
     m->isa = opts->isa;
     o.fd_budget = fd_budget();
-    m->path = tbm_source_is_url(path) ? strdup(path) : realpath(path, NULL);
+    /* a URL is shown without the secrets it may carry */
+    m->path = tbm_source_is_url(path) ? tbm_source_url_display(path) : realpath(path, NULL);
     if (!m->path) {
         snprintf(err, errlen, "%s: %s", path, strerror(errno));
         r = TBM_ERR_SOURCE;

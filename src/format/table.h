@@ -126,7 +126,14 @@ struct tbm_tensor_stats {
 };
 
 /* t's statistics, computed on the first call (from any thread: a second
- * caller waits for the first); NULL only when out of memory. */
+ * caller waits for the first). A source that could not be read (it changed
+ * or shrank) leaves them unknown for good; a failure that may pass (out of
+ * memory, a failed transfer, a refusal) is returned and the next call
+ * computes them again. 0 with *out, or the failure. */
+int tbm_tensor_stats_get(const struct tbm_model *model, size_t t,
+                         const struct tbm_tensor_stats **out);
+
+/* The same, NULL on a failure. */
 const struct tbm_tensor_stats *tbm_tensor_stats(const struct tbm_model *model, size_t t);
 
 /* Whether t's statistics are computed, so that tbm_tensor_stats returns at

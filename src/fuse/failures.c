@@ -69,6 +69,10 @@ static const char *reason(int status)
         return "the tensor has problems (see header.json or tbmfs --check)";
     case TBM_ERR_NOMEM:
         return "out of memory";
+    case TBM_ERR_DENIED:
+        return "access denied by the store (see the line above for its error code)";
+    case TBM_ERR_TRANSFER:
+        return "a transfer from the server failed; the next read tries again";
     default:
         return "the source could not be read (it shrank or failed)";
     }

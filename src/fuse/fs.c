@@ -102,6 +102,8 @@ static int status_errno(int status)
         return ENOTCONN;
     case TBM_ERR_NOATTR:
         return ENODATA;
+    case TBM_ERR_DENIED:
+        return EACCES;
     default:
         return EIO;
     }

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <time.h>
 
 /* Blocks fetched ahead of a sequential reader, at most: 8 MiB in flight keeps
  * several connections busy while the reader copies the block it has. */
@@ -28,6 +29,7 @@ struct slot {
     unsigned refs;       /* readers holding or waiting for it */
     bool used;           /* a reader asked for it, so the next block is a sequential read */
     bool demand;         /* queued for a reader rather than ahead of one */
+    int err;             /* FAILED: the fetch's status, for its waiting readers */
     unsigned char *data; /* TBM_CACHE_BLOCK bytes of the cache's mapping */
     size_t len;
     struct slot *hnext;
@@ -250,6 +252,7 @@ static void *worker_main(void *arg)
             list_push(&c->lru, &s->link);
         } else {
             s->state = SLOT_FAILED;
+            s->err = r < 0 ? r : TBM_ERR_IO;
             if (s->refs == 0)
                 release(c, s);
         }
@@ -282,11 +285,44 @@ static void read_ahead(struct tbm_cache *c, uint64_t block)
     }
 }
 
+/* When a reader that starts now gives up waiting (f.wait_limit seconds on). */
+static struct timespec reader_deadline(const struct tbm_cache *c)
+{
+    struct timespec t;
+
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    t.tv_sec += c->f.wait_limit ? c->f.wait_limit : 365 * 86400;
+    return t;
+}
+
+/* Waits for done, a second at most at a time so that a stop is seen (a
+ * signal handler cannot wake a condition variable). 0, TBM_ERR_STOPPED, or
+ * TBM_ERR_IO once the reader's deadline passed. */
+static int wait_done(struct tbm_cache *c, const struct timespec *until)
+{
+    struct timespec now, t;
+
+    if (tbm_source_stopping())
+        return TBM_ERR_STOPPED;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    if (now.tv_sec > until->tv_sec ||
+        (now.tv_sec == until->tv_sec && now.tv_nsec >= until->tv_nsec))
+        return TBM_ERR_IO;
+    t = now;
+    t.tv_sec += 1;
+    if (t.tv_sec > until->tv_sec || (t.tv_sec == until->tv_sec && t.tv_nsec > until->tv_nsec))
+        t = *until;
+    pthread_cond_timedwait(&c->done, &c->lock, &t);
+    return 0;
+}
+
 /* The slot of block, filled, with a reference held; called and returns
  * with the lock held. 1 instead of waiting for a slot unless may_wait;
  * TBM_ERR_AGAIN instead of any wait on a thread that may not wait
- * (tbm_source_nowait), the block asked for. */
-static int acquire(struct tbm_cache *c, uint64_t block, bool may_wait, struct slot **out)
+ * (tbm_source_nowait), the block asked for. A reader gives up at until, or
+ * when the program stops, leaving the block to its transfer. */
+static int acquire(struct tbm_cache *c, uint64_t block, bool may_wait, const struct timespec *until,
+                   struct slot **out)
 {
     for (;;) {
         if (c->stale)
@@ -299,8 +335,10 @@ static int acquire(struct tbm_cache *c, uint64_t block, bool may_wait, struct sl
                 if (!may_wait)
                     return 1;
                 c->slot_waiters++;
-                pthread_cond_wait(&c->done, &c->lock);
+                int w = wait_done(c, until);
                 c->slot_waiters--;
+                if (w < 0)
+                    return w;
                 continue;
             }
             enqueue(c, s, block, true);
@@ -320,7 +358,12 @@ static int acquire(struct tbm_cache *c, uint64_t block, bool may_wait, struct sl
         s->used = true;
         while (s->state == SLOT_QUEUED || s->state == SLOT_LOADING) {
             start_workers(c); /* they may have been stopped for a fork */
-            pthread_cond_wait(&c->done, &c->lock);
+            int w = wait_done(c, until);
+            if (w < 0) {
+                /* the transfer lets the slot go when it ends unheld */
+                s->refs--;
+                return w;
+            }
         }
         if (s->state == SLOT_READY) {
             list_del(&s->link);
@@ -328,9 +371,10 @@ static int acquire(struct tbm_cache *c, uint64_t block, bool may_wait, struct sl
             *out = s;
             return 0;
         }
+        int err = s->state == SLOT_FAILED && !c->stale ? s->err : TBM_ERR_IO;
         if (--s->refs == 0)
             release(c, s);
-        return TBM_ERR_IO;
+        return err;
     }
 }
 
@@ -346,10 +390,14 @@ static void put(struct tbm_cache *c, struct slot *s)
 
 int tbm_cache_read(struct tbm_cache *c, void *buf, size_t len, uint64_t off, size_t *got)
 {
+    struct timespec until = reader_deadline(c);
     size_t done = 0;
-    int r = 0;
+    int r = 0, cancel;
 
     *got = 0;
+    /* libfuse cancels its workers when the session ends: not while one
+     * waits here holding the lock (see tbm_cache_hold too) */
+    pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &cancel);
     pthread_mutex_lock(&c->lock);
     if (c->stale) {
         r = TBM_ERR_IO;
@@ -362,7 +410,7 @@ int tbm_cache_read(struct tbm_cache *c, void *buf, size_t len, uint64_t off, siz
     while (done < len) {
         uint64_t pos = off + done, block = pos / TBM_CACHE_BLOCK;
         struct slot *s;
-        if ((r = acquire(c, block, true, &s)) < 0)
+        if ((r = acquire(c, block, true, &until, &s)) < 0)
             goto out;
         read_ahead(c, block);
         size_t in = (size_t)(pos - block * TBM_CACHE_BLOCK);
@@ -377,17 +425,20 @@ int tbm_cache_read(struct tbm_cache *c, void *buf, size_t len, uint64_t off, siz
     *got = done;
 out:
     pthread_mutex_unlock(&c->lock);
+    pthread_setcancelstate(cancel, NULL);
     return r;
 }
 
 int tbm_cache_hold(struct tbm_cache *c, uint64_t off, size_t len, struct tbm_source_piece *pieces,
                    size_t max, size_t *n)
 {
+    struct timespec until = reader_deadline(c);
     size_t done = 0;
-    int r = 1;
+    int r = 1, cancel;
 
     assert(len > 0 && off < c->size && len <= c->size - off);
     *n = 0;
+    pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &cancel);
     pthread_mutex_lock(&c->lock);
     while (done < len) {
         uint64_t pos = off + done, block = pos / TBM_CACHE_BLOCK;
@@ -399,7 +450,7 @@ int tbm_cache_hold(struct tbm_cache *c, uint64_t off, size_t len, struct tbm_sou
         /* Only the first block may wait for a slot: readers that each
          * hold a block and wait for another could otherwise hold every
          * slot and wait for ever. */
-        int a = acquire(c, block, *n == 0, &s);
+        int a = acquire(c, block, *n == 0, &until, &s);
         if (a != 0) {
             r = a < 0 ? a : 0;
             break;
@@ -415,6 +466,7 @@ int tbm_cache_hold(struct tbm_cache *c, uint64_t off, size_t len, struct tbm_sou
             put(c, pieces[--*n].ref);
     }
     pthread_mutex_unlock(&c->lock);
+    pthread_setcancelstate(cancel, NULL);
     return r;
 }
 
@@ -434,6 +486,7 @@ void tbm_cache_invalidate(struct tbm_cache *c)
         struct link *q = list_empty(&c->demand_q) ? &c->ahead_q : &c->demand_q;
         struct slot *s = slot_of(q->next);
         s->state = SLOT_FAILED;
+        s->err = TBM_ERR_IO;
         list_del(&s->link);
         if (s->refs == 0)
             release(c, s);
@@ -497,7 +550,11 @@ int tbm_cache_new(const struct tbm_cache_fetcher *f, uint64_t size, uint64_t cac
         list_push(&c->free, &c->slots[i].link);
     }
     pthread_mutex_init(&c->lock, NULL);
-    pthread_cond_init(&c->done, NULL);
+    pthread_condattr_t monotonic;
+    pthread_condattr_init(&monotonic);
+    pthread_condattr_setclock(&monotonic, CLOCK_MONOTONIC);
+    pthread_cond_init(&c->done, &monotonic);
+    pthread_condattr_destroy(&monotonic);
     pthread_cond_init(&c->work, NULL);
     pthread_once(&atfork_once, register_atfork);
     pthread_mutex_lock(&all_lock);

@@ -17,9 +17,14 @@ struct tbm_cache_fetcher {
     void *ctx;
     void *(*worker_new)(void *ctx);
     void (*worker_free)(void *ctx, void *worker);
-    /* Fills exactly len bytes at off; 0, TBM_ERR_IO or TBM_ERR_NOMEM. Called
+    /* Fills exactly len bytes at off; 0 or a TBM_ERR_* that the block's
+     * readers get (TBM_ERR_IO, TBM_ERR_NOMEM, TBM_ERR_DENIED). Called
      * without any lock of the cache held. */
     int (*fetch)(void *ctx, void *worker, uint64_t off, void *buf, size_t len);
+    /* Seconds a reader waits for a block at most (TBM_ERR_IO then), 0 for
+     * no limit; every reader stops waiting once tbm_source_stop was called
+     * (TBM_ERR_STOPPED). */
+    unsigned wait_limit;
 };
 
 struct tbm_cache;
@@ -31,9 +36,9 @@ int tbm_cache_new(const struct tbm_cache_fetcher *f, uint64_t size, uint64_t cac
 
 /* Reads up to len bytes at off, short only at the end of the source; reading
  * on from where a reader left off fetches the next blocks ahead of it. 0,
- * TBM_ERR_IO or TBM_ERR_NOMEM; on a thread that may not wait
- * (tbm_source_nowait), TBM_ERR_AGAIN instead of any wait, the block asked
- * for. */
+ * or the failed fetch's status (TBM_ERR_IO once the source changed); on a
+ * thread that may not wait (tbm_source_nowait), TBM_ERR_AGAIN instead of any
+ * wait, the block asked for. */
 int tbm_cache_read(struct tbm_cache *c, void *buf, size_t len, uint64_t off, size_t *got);
 
 /* Holds the blocks of the len bytes at off (inside the source, len > 0) in

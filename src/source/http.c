@@ -1,7 +1,11 @@
-/* The HTTP(S) source: a .tbm container on a web server, read with range
- * requests through libcurl, its tail at open and the rest in blocks of the
- * cache; every response is checked against the file as it was at open. */
+/* The HTTP(S) source: a .tbm container on a web server, or an S3 object
+ * with every request signed (by libcurl: SigV4), read with range requests,
+ * its tail at open and the rest in blocks of the cache; every response is
+ * checked against the file as it was at open. Redirects are followed here,
+ * hop by hop, so that the source's own headers and credentials go only to
+ * its own origin. */
 #include <curl/curl.h>
+#include <errno.h>
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -11,13 +15,22 @@
 #include <time.h>
 
 #include "cache.h"
+#include "reply.h"
+#include "s3.h"
 #include "tbm/log.h"
+#include "tbm/names.h"
 #include "tbm/source.h"
 
 /* The first request asks for this much of the end: the index length, and
  * the whole index of a model of a few hundred tensors, in one answer. */
 #define TAIL_SIZE (64u << 10)
 #define TRIES     3
+#define MAX_HOPS  10
+/* An error body is read this far: S3's XML names its code early. */
+#define BODY_MAX 2048
+/* For every GET, signed or not: its body is empty. libcurl signs the value
+ * given here as the payload's hash. */
+#define S3_PAYLOAD "x-amz-content-sha256: UNSIGNED-PAYLOAD"
 /* Hinted ranges (the headers of a slice of the index) are fetched together,
  * this many at once, neighbours less than MERGE_GAP apart in one request of
  * at most MERGE_MAX; at most HINTS_MAX bytes of them are held at a time. */
@@ -35,21 +48,24 @@
  * slower than 4. */
 #define CURL_BUFFER (64L << 10)
 
-/* What identifies the file in one response. */
-struct validators {
-    uint64_t size; /* the total of Content-Range */
-    bool has_size;
-    char etag[128];
-    char last_modified[64];
-};
-
 struct http {
     struct tbm_source src; /* first: the ops are given &src */
+    char *url;             /* what is requested: src.name may hide parts of it */
     struct curl_slist *headers;
     long timeout;
-    struct validators mount;
+    char *ca_file;
+    /* s3:// sources: libcurl's signing parameter ("aws:amz:REGION:s3"),
+     * and the credentials, read again when refused or on SIGHUP */
+    char *sigv4;
+    pthread_mutex_t cred_lock;
+    struct tbm_s3_credentials cred;
+    unsigned cred_version; /* bumped when a reading found other credentials */
+    unsigned reloads_seen; /* tbm_s3_reload_count at the last reading */
+    struct timespec cred_read;
+    char denied_logged[96]; /* the refusal logged last, until a success */
+    struct tbm_validators mount;
     pthread_mutex_t lock; /* latest and changed */
-    struct validators latest;
+    struct tbm_validators latest;
     bool changed;
     struct tbm_cache *cache;
     unsigned char *tail; /* the bytes of the first answer, from tail_off to the end */
@@ -73,19 +89,33 @@ struct range {
     unsigned char *data;
 };
 
-/* One request's answer, as the callbacks see it; after redirects, the last. */
+/* One request's answer, as the callbacks see it. */
 struct response {
     CURL *easy;
     unsigned char *buf;
     size_t cap, got;
     bool too_long;
-    bool has_range;
-    uint64_t first, last;
-    struct validators v;
+    struct tbm_reply reply;
+    long status;
+    const char *location; /* a redirect's target, libcurl's until the next request */
+    char body[BODY_MAX];  /* an error's body, cut */
+    size_t body_len;
+    char code[64]; /* the store's error code, cleaned, or "" */
     char errbuf[CURL_ERROR_SIZE];
 };
 
-enum outcome { OUT_OK, OUT_RETRY, OUT_FAIL, OUT_CHANGED, OUT_NOMEM };
+/* OUT_REDIRECT: go to r->location; OUT_DENIED: the credentials were
+ * refused; OUT_STOPPED: the program is stopping. */
+enum outcome {
+    OUT_OK,
+    OUT_RETRY,
+    OUT_FAIL,
+    OUT_CHANGED,
+    OUT_NOMEM,
+    OUT_REDIRECT,
+    OUT_DENIED,
+    OUT_STOPPED
+};
 
 static pthread_once_t curl_once = PTHREAD_ONCE_INIT;
 static CURLcode curl_init_status;
@@ -95,68 +125,12 @@ static void curl_init(void)
     curl_init_status = curl_global_init(CURL_GLOBAL_DEFAULT);
 }
 
-static void copy_value(char *dst, size_t cap, const char *p, size_t len)
-{
-    while (len > 0 && (*p == ' ' || *p == '\t'))
-        p++, len--;
-    while (len > 0 && (p[len - 1] == '\r' || p[len - 1] == '\n' || p[len - 1] == ' '))
-        len--;
-    if (len >= cap)
-        len = cap - 1;
-    memcpy(dst, p, len);
-    dst[len] = '\0';
-}
-
-/* "bytes A-B/T", or "bytes *" "/T" for a range not satisfiable. */
-static void parse_content_range(struct response *r, const char *value)
-{
-    unsigned long long a, b, t;
-    char star;
-
-    if (sscanf(value, "bytes %llu-%llu/%llu", &a, &b, &t) == 3 && a <= b && b < t) {
-        r->has_range = true;
-        r->first = a;
-        r->last = b;
-        r->v.size = t;
-        r->v.has_size = true;
-    } else if (sscanf(value, "bytes %c/%llu", &star, &t) == 2 && star == '*') {
-        r->v.size = t;
-        r->v.has_size = true;
-    }
-}
-
-static bool is_field(const char *line, size_t len, const char *name, const char **value,
-                     size_t *vlen)
-{
-    size_t n = strlen(name);
-
-    if (len <= n || line[n] != ':' || strncasecmp(line, name, n) != 0)
-        return false;
-    *value = line + n + 1;
-    *vlen = len - n - 1;
-    return true;
-}
-
 static size_t header_cb(char *line, size_t size, size_t nitems, void *data)
 {
     struct response *r = data;
-    size_t len = size * nitems, vlen;
-    const char *value;
-    char buf[128];
 
-    if (len >= 5 && strncmp(line, "HTTP/", 5) == 0) {
-        /* A new answer (after a redirect or a 100 Continue): forget the last. */
-        r->has_range = false;
-        memset(&r->v, 0, sizeof(r->v));
-    } else if (is_field(line, len, "Content-Range", &value, &vlen)) {
-        copy_value(buf, sizeof(buf), value, vlen);
-        parse_content_range(r, buf);
-    } else if (is_field(line, len, "ETag", &value, &vlen)) {
-        copy_value(r->v.etag, sizeof(r->v.etag), value, vlen);
-    } else if (is_field(line, len, "Last-Modified", &value, &vlen)) {
-        copy_value(r->v.last_modified, sizeof(r->v.last_modified), value, vlen);
-    }
-    return len;
+    tbm_reply_header(&r->reply, line, size * nitems);
+    return size * nitems;
 }
 
 static size_t write_cb(char *data, size_t size, size_t nmemb, void *userdata)
@@ -166,8 +140,18 @@ static size_t write_cb(char *data, size_t size, size_t nmemb, void *userdata)
     long status = 0;
 
     /* Only a partial answer's body is wanted: a server that ignores Range
-     * would otherwise send the whole model, and an error page is not data. */
+     * would otherwise send the whole model. An error's is kept to quote its
+     * code, and a redirect's read (libcurl tells where it goes only after a
+     * whole answer), as far as BODY_MAX. */
     curl_easy_getinfo(r->easy, CURLINFO_RESPONSE_CODE, &status);
+    if (status >= 300) {
+        size_t room = sizeof(r->body) - 1 - r->body_len;
+        size_t n = len < room ? len : room;
+        memcpy(r->body + r->body_len, data, n);
+        r->body_len += n;
+        r->body[r->body_len] = '\0';
+        return n == len ? len : 0;
+    }
     if (status != 206)
         return 0;
     if (len > r->cap - r->got) {
@@ -179,20 +163,51 @@ static size_t write_cb(char *data, size_t size, size_t nmemb, void *userdata)
     return len;
 }
 
+/* A read waits for its transfers this long in all: a server that sends a
+ * byte a second never stalls, yet must not hold a reader for ever. libcurl
+ * measures a transfer's speed over its last 5 s, so a stall is seen some
+ * 5 s after the stall timeout: a short timeout (the tests') still leaves a
+ * stalled transfer a second try. */
+static long deadline_ms(const struct http *h)
+{
+    long n = h->timeout * (long)TBM_HTTP_DEADLINE_TIMEOUTS;
+
+    return (n > h->timeout + 10 ? n : h->timeout + 10) * 1000;
+}
+
+static long ms_since(const struct timespec *start)
+{
+    struct timespec now;
+
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    return (long)(now.tv_sec - start->tv_sec) * 1000 + (now.tv_nsec - start->tv_nsec) / 1000000;
+}
+
+/* libcurl asks at least once a second, however slow the server. */
+static int progress_cb(void *data, curl_off_t dltotal, curl_off_t dlnow, curl_off_t ultotal,
+                       curl_off_t ulnow)
+{
+    (void)data, (void)dltotal, (void)dlnow, (void)ultotal, (void)ulnow;
+    return tbm_source_stopping();
+}
+
 static CURL *easy_new(struct http *h)
 {
     CURL *e = curl_easy_init();
 
     if (!e)
         return NULL;
-    /* TLS verification is libcurl's default (the system CA store); only
-     * http and https, redirects included, may be spoken. */
-    if (curl_easy_setopt(e, CURLOPT_URL, h->src.name) != CURLE_OK ||
+    /* TLS verification is libcurl's default (the system CA store, or
+     * ca_file's); only http and https may be spoken. Redirects are
+     * followed by fetch, hop by hop. */
+    if (curl_easy_setopt(e, CURLOPT_URL, h->url) != CURLE_OK ||
         curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http,https") != CURLE_OK ||
-        curl_easy_setopt(e, CURLOPT_REDIR_PROTOCOLS_STR, "http,https") != CURLE_OK ||
-        curl_easy_setopt(e, CURLOPT_FOLLOWLOCATION, 1L) != CURLE_OK ||
-        curl_easy_setopt(e, CURLOPT_MAXREDIRS, 10L) != CURLE_OK ||
+        curl_easy_setopt(e, CURLOPT_FOLLOWLOCATION, 0L) != CURLE_OK ||
+        (h->ca_file && curl_easy_setopt(e, CURLOPT_CAINFO, h->ca_file) != CURLE_OK) ||
         curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L) != CURLE_OK ||
+        curl_easy_setopt(e, CURLOPT_NOPROGRESS, 0L) != CURLE_OK ||
+        curl_easy_setopt(e, CURLOPT_XFERINFOFUNCTION, progress_cb) != CURLE_OK ||
+        curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, deadline_ms(h)) != CURLE_OK ||
         curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT, h->timeout) != CURLE_OK ||
         curl_easy_setopt(e, CURLOPT_LOW_SPEED_LIMIT, 1L) != CURLE_OK ||
         curl_easy_setopt(e, CURLOPT_LOW_SPEED_TIME, h->timeout) != CURLE_OK ||
@@ -203,6 +218,127 @@ static CURL *easy_new(struct http *h)
         return NULL;
     }
     return e;
+}
+
+static bool add_header(struct curl_slist **list, const char *line)
+{
+    struct curl_slist *l = curl_slist_append(*list, line);
+
+    if (l)
+        *list = l;
+    return l != NULL;
+}
+
+/* Whether URLs a and b have the same scheme, host and port. */
+static bool same_origin(const char *a, const char *b)
+{
+    static const CURLUPart parts[] = {CURLUPART_SCHEME, CURLUPART_HOST, CURLUPART_PORT};
+    CURLU *ua = curl_url(), *ub = curl_url();
+    bool same = ua && ub && curl_url_set(ua, CURLUPART_URL, a, 0) == CURLUE_OK &&
+                curl_url_set(ub, CURLUPART_URL, b, 0) == CURLUE_OK;
+
+    for (size_t i = 0; same && i < sizeof(parts) / sizeof(parts[0]); i++) {
+        char *x = NULL, *y = NULL;
+        same = curl_url_get(ua, parts[i], &x, CURLU_DEFAULT_PORT) == CURLUE_OK &&
+               curl_url_get(ub, parts[i], &y, CURLU_DEFAULT_PORT) == CURLUE_OK &&
+               strcasecmp(x, y) == 0;
+        curl_free(x);
+        curl_free(y);
+    }
+    curl_url_cleanup(ua);
+    curl_url_cleanup(ub);
+    return same;
+}
+
+/* Reads the credentials again; called with cred_lock held. */
+static void credentials_read(struct http *h)
+{
+    struct tbm_s3_credentials now;
+    unsigned seen = tbm_s3_reload_count();
+
+    tbm_s3_credentials_load(&now);
+    if (memcmp(&now, &h->cred, sizeof(now)) != 0) {
+        h->cred = now;
+        h->cred_version++;
+    }
+    tbm_s3_credentials_clear(&now);
+    h->reloads_seen = seen;
+    clock_gettime(CLOCK_MONOTONIC, &h->cred_read);
+}
+
+/* After a refusal of a request signed with the credentials of version
+ * used: reads them again, unless that was done less than a second ago (a
+ * burst of refusals reads the file once). Whether there are others now. */
+static bool credentials_refresh(struct http *h, unsigned used)
+{
+    struct timespec now;
+
+    pthread_mutex_lock(&h->cred_lock);
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    double since = (double)(now.tv_sec - h->cred_read.tv_sec) +
+                   (double)(now.tv_nsec - h->cred_read.tv_nsec) * 1e-9;
+    if (h->cred_version == used && since >= 1.0)
+        credentials_read(h);
+    bool other = h->cred_version != used;
+    pthread_mutex_unlock(&h->cred_lock);
+    return other;
+}
+
+/* libcurl signs with the credentials (and the headers S3 wants beside
+ * them), or sends no authorization at all. *version: the credentials'. */
+static bool sign(struct http *h, CURL *easy, struct curl_slist **list, unsigned *version)
+{
+    char token[sizeof(h->cred.token) + 32];
+    bool ok = true;
+
+    pthread_mutex_lock(&h->cred_lock);
+    if (tbm_s3_reload_count() != h->reloads_seen) /* SIGHUP */
+        credentials_read(h);
+    *version = h->cred_version;
+    if (h->cred.key_id[0]) {
+        snprintf(token, sizeof(token), "x-amz-security-token: %s", h->cred.token);
+        ok = curl_easy_setopt(easy, CURLOPT_USERNAME, h->cred.key_id) == CURLE_OK &&
+             curl_easy_setopt(easy, CURLOPT_PASSWORD, h->cred.secret) == CURLE_OK &&
+             curl_easy_setopt(easy, CURLOPT_AWS_SIGV4, h->sigv4) == CURLE_OK &&
+             add_header(list, S3_PAYLOAD) && (!h->cred.token[0] || add_header(list, token));
+        explicit_bzero(token, sizeof(token));
+    } else {
+        ok = curl_easy_setopt(easy, CURLOPT_HTTPAUTH, (long)CURLAUTH_BASIC) == CURLE_OK &&
+             curl_easy_setopt(easy, CURLOPT_USERNAME, NULL) == CURLE_OK &&
+             curl_easy_setopt(easy, CURLOPT_PASSWORD, NULL) == CURLE_OK;
+    }
+    pthread_mutex_unlock(&h->cred_lock);
+    return ok;
+}
+
+/* Points easy at url, with the headers of a request for range: the
+ * source's own headers and credentials only when url is of the source's
+ * origin. *list is the caller's to free once the request is done. */
+static int prepare(struct http *h, CURL *easy, const char *url, const char *range,
+                   struct curl_slist **list, unsigned *version)
+{
+    bool own = url == h->url || same_origin(url, h->url);
+    bool ok = curl_easy_setopt(easy, CURLOPT_URL, url) == CURLE_OK;
+
+    *list = NULL;
+    *version = 0;
+    for (struct curl_slist *l = own ? h->headers : NULL; ok && l; l = l->next)
+        ok = add_header(list, l->data);
+    if (ok && h->sigv4)
+        ok = own ? sign(h, easy, list, version)
+                 : curl_easy_setopt(easy, CURLOPT_HTTPAUTH, (long)CURLAUTH_BASIC) == CURLE_OK &&
+                       curl_easy_setopt(easy, CURLOPT_USERNAME, NULL) == CURLE_OK &&
+                       curl_easy_setopt(easy, CURLOPT_PASSWORD, NULL) == CURLE_OK;
+    if (ok)
+        ok = add_header(list, range) &&
+             curl_easy_setopt(easy, CURLOPT_HTTPHEADER, *list) == CURLE_OK;
+    if (!ok) {
+        curl_easy_setopt(easy, CURLOPT_HTTPHEADER, NULL);
+        curl_slist_free_all(*list);
+        *list = NULL;
+        return TBM_ERR_NOMEM;
+    }
+    return 0;
 }
 
 static void *worker_new(void *ctx)
@@ -217,7 +353,7 @@ static void worker_free(void *ctx, void *worker)
 }
 
 /* Why the file in r is not the one mounted, or false when it is. */
-static bool differs(const struct validators *m, const struct validators *v, char *why,
+static bool differs(const struct tbm_validators *m, const struct tbm_validators *v, char *why,
                     size_t whylen)
 {
     if (v->size != m->size)
@@ -254,6 +390,15 @@ static const char *status_name(long status)
     }
 }
 
+/* A store's refusal of the credentials: 403, or how AWS says a session
+ * token expired. */
+static bool refused(const struct response *r)
+{
+    return r->status == 403 || (r->status == 400 && (strcmp(r->code, "ExpiredToken") == 0 ||
+                                                     strcmp(r->code, "InvalidToken") == 0 ||
+                                                     strcmp(r->code, "TokenRefreshRequired") == 0));
+}
+
 /* Judges one answer to a request for len bytes at first (at open: a suffix
  * of at most len bytes). */
 static enum outcome judge(struct http *h, struct response *r, CURLcode code, bool at_open,
@@ -273,8 +418,8 @@ static enum outcome judge(struct http *h, struct response *r, CURLcode code, boo
     }
     if (status == 200 || status == 206) {
         pthread_mutex_lock(&h->lock);
-        if (r->v.has_size)
-            h->latest = r->v;
+        if (r->reply.v.has_size)
+            h->latest = r->reply.v;
         pthread_mutex_unlock(&h->lock);
     }
     if (status == 200) {
@@ -282,34 +427,45 @@ static enum outcome judge(struct http *h, struct response *r, CURLcode code, boo
                  "the server ignores Range requests (it answered 200 with the whole file)");
         return OUT_FAIL;
     }
-    if (status == 408 || status == 429 || status >= 500) {
-        snprintf(why, whylen, "HTTP %ld%s", status, status_name(status));
-        return OUT_RETRY;
+    r->status = status;
+    if (status >= 300 && status < 400) {
+        char *location = NULL;
+        if (curl_easy_getinfo(r->easy, CURLINFO_REDIRECT_URL, &location) == CURLE_OK && location) {
+            r->location = location;
+            return OUT_REDIRECT;
+        }
     }
     if (status != 206) {
-        snprintf(why, whylen, "HTTP %ld%s", status, status_name(status));
-        return OUT_FAIL;
+        tbm_reply_error_code(r->body, r->body_len, r->code, sizeof(r->code));
+        snprintf(why, whylen, "HTTP %ld%s%s%s%s", status, status_name(status),
+                 r->code[0] ? " (" : "", r->code, r->code[0] ? ")" : "");
     }
-    if (!r->has_range) {
+    if (status == 408 || status == 429 || status >= 500)
+        return OUT_RETRY;
+    if (h->sigv4 && refused(r))
+        return OUT_DENIED;
+    if (status != 206)
+        return OUT_FAIL;
+    if (!r->reply.has_range) {
         snprintf(why, whylen, "HTTP 206 without a usable Content-Range");
         return OUT_FAIL;
     }
-    if (!at_open && differs(&h->mount, &r->v, why, whylen))
+    if (!at_open && differs(&h->mount, &r->reply.v, why, whylen))
         return OUT_CHANGED;
     if (r->too_long) {
         snprintf(why, whylen, "a body longer than its Content-Range");
         return OUT_RETRY;
     }
-    if (at_open ? r->last != r->v.size - 1 || r->last - r->first >= len
-                : r->first != first || r->last != first + len - 1) {
+    if (at_open ? r->reply.last != r->reply.v.size - 1 || r->reply.last - r->reply.first >= len
+                : r->reply.first != first || r->reply.last != first + len - 1) {
         snprintf(why, whylen, "Content-Range bytes %llu-%llu/%llu does not answer the range asked",
-                 (unsigned long long)r->first, (unsigned long long)r->last,
-                 (unsigned long long)r->v.size);
+                 (unsigned long long)r->reply.first, (unsigned long long)r->reply.last,
+                 (unsigned long long)r->reply.v.size);
         return OUT_FAIL;
     }
-    if (r->got != r->last - r->first + 1) {
+    if (r->got != r->reply.last - r->reply.first + 1) {
         snprintf(why, whylen, "a body of %zu bytes, shorter than its Content-Range's %llu", r->got,
-                 (unsigned long long)(r->last - r->first + 1));
+                 (unsigned long long)(r->reply.last - r->reply.first + 1));
         return OUT_RETRY;
     }
     return OUT_OK;
@@ -326,51 +482,81 @@ static void back_off(int attempt)
 }
 
 /* Asks for len bytes at first into buf (at open, range is "-len", a suffix),
- * tried up to TRIES times while failures look passing. */
+ * tried up to TRIES times while failures look passing, following redirects
+ * and, once, retrying a refusal with credentials read again. */
 static enum outcome fetch(struct http *h, CURL *easy, struct response *r, void *buf, size_t len,
                           uint64_t first, bool at_open, char *why, size_t whylen)
 {
     char range[80];
     enum outcome o = OUT_FAIL;
-    struct curl_slist *list = NULL;
+    char *target = NULL; /* a redirect's, else the source's URL */
+    bool renewed = false;
+    int hops = 0;
+    struct timespec start;
 
     if (at_open)
         snprintf(range, sizeof(range), "Range: bytes=-%zu", len);
     else
         snprintf(range, sizeof(range), "Range: bytes=%llu-%llu", (unsigned long long)first,
                  (unsigned long long)(first + len - 1));
-    for (struct curl_slist *l = h->headers; l; l = l->next)
-        if (!(list = curl_slist_append(list, l->data)))
-            return OUT_NOMEM;
-    struct curl_slist *with_range = curl_slist_append(list, range);
-    if (!with_range) {
-        curl_slist_free_all(list);
-        return OUT_NOMEM;
-    }
-    list = with_range;
-    for (int attempt = 0; attempt < TRIES; attempt++) {
-        if (attempt > 0)
-            back_off(attempt);
+    clock_gettime(CLOCK_MONOTONIC, &start);
+    for (int attempt = 0; attempt < TRIES;) {
+        struct curl_slist *list;
+        unsigned version;
+        long left = deadline_ms(h) - ms_since(&start);
+        if (tbm_source_stopping()) {
+            snprintf(why, whylen, "given up: tbmfs is stopping");
+            o = OUT_STOPPED;
+            break;
+        }
+        if (left <= 0) {
+            snprintf(why, whylen, "no whole answer within %ld s", deadline_ms(h) / 1000);
+            o = OUT_FAIL;
+            break;
+        }
         memset(r, 0, sizeof(*r));
         r->easy = easy;
         r->buf = buf;
         r->cap = len;
-        if (curl_easy_setopt(easy, CURLOPT_HTTPHEADER, list) != CURLE_OK ||
+        if (prepare(h, easy, target ? target : h->url, range, &list, &version) < 0 ||
             curl_easy_setopt(easy, CURLOPT_HEADERDATA, r) != CURLE_OK ||
             curl_easy_setopt(easy, CURLOPT_WRITEDATA, r) != CURLE_OK ||
+            curl_easy_setopt(easy, CURLOPT_TIMEOUT_MS, left) != CURLE_OK ||
             curl_easy_setopt(easy, CURLOPT_ERRORBUFFER, r->errbuf) != CURLE_OK) {
+            curl_slist_free_all(list);
             o = OUT_NOMEM;
             break;
         }
         CURLcode code = curl_easy_perform(easy);
         o = judge(h, r, code, at_open, first, len, why, whylen);
-        if (o != OUT_RETRY)
+        curl_easy_setopt(easy, CURLOPT_HTTPHEADER, NULL);
+        curl_slist_free_all(list);
+        if (o == OUT_REDIRECT) {
+            free(target);
+            if (++hops > MAX_HOPS || !(target = strdup(r->location))) {
+                snprintf(why, whylen, hops > MAX_HOPS ? "more than %d redirects" : "out of memory",
+                         MAX_HOPS);
+                o = hops > MAX_HOPS ? OUT_FAIL : OUT_NOMEM;
+                break;
+            }
+            continue;
+        }
+        if (o == OUT_DENIED && !renewed && credentials_refresh(h, version)) {
+            renewed = true;
+            continue;
+        }
+        if (o != OUT_RETRY || ++attempt == TRIES)
             break;
+        if (!tbm_source_stopping() && ms_since(&start) + 1000 < deadline_ms(h))
+            back_off(attempt);
     }
+    free(target);
     curl_easy_setopt(easy, CURLOPT_ERRORBUFFER, NULL);
-    curl_easy_setopt(easy, CURLOPT_HTTPHEADER, NULL);
-    curl_slist_free_all(list);
-    if (o == OUT_RETRY) {
+    curl_easy_setopt(easy, CURLOPT_URL, h->url);
+    if (o == OUT_RETRY && tbm_source_stopping()) {
+        snprintf(why, whylen, "given up: tbmfs is stopping");
+        o = OUT_STOPPED;
+    } else if (o == OUT_RETRY) {
         size_t n = strlen(why);
         snprintf(why + n, whylen - n, " (%d tries)", TRIES);
     }
@@ -400,6 +586,23 @@ static void mark_changed(struct http *h, const char *why)
     tbm_cache_invalidate(h->cache);
 }
 
+/* One line for a refusal, not one per block: again only once a request
+ * succeeded or the store says something else. */
+static void log_denied(struct http *h, const struct response *r)
+{
+    char what[sizeof(h->denied_logged)];
+
+    snprintf(what, sizeof(what), "%ld %s", r->status, r->code);
+    pthread_mutex_lock(&h->lock);
+    bool fresh = strcmp(what, h->denied_logged) != 0;
+    if (fresh)
+        snprintf(h->denied_logged, sizeof(h->denied_logged), "%s", what);
+    pthread_mutex_unlock(&h->lock);
+    if (fresh)
+        tbm_log(TBM_LOG_ERROR, "access denied by %s (%ld): %s", h->src.name, r->status,
+                r->code[0] ? r->code : "no error code");
+}
+
 static int fetch_block(void *ctx, void *worker, uint64_t off, void *buf, size_t len)
 {
     struct http *h = ctx;
@@ -410,16 +613,25 @@ static int fetch_block(void *ctx, void *worker, uint64_t off, void *buf, size_t 
         return TBM_ERR_IO;
     switch (fetch(h, worker, &r, buf, len, off, false, why, sizeof(why))) {
     case OUT_OK:
+        pthread_mutex_lock(&h->lock);
+        h->denied_logged[0] = '\0';
+        pthread_mutex_unlock(&h->lock);
         return 0;
     case OUT_NOMEM:
         return TBM_ERR_NOMEM;
     case OUT_CHANGED:
         mark_changed(h, why);
         return TBM_ERR_IO;
+    case OUT_DENIED:
+        log_denied(h, &r);
+        return TBM_ERR_DENIED;
+    case OUT_STOPPED:
+        return TBM_ERR_STOPPED;
     default:
-        tbm_log(TBM_LOG_ERROR, "%s: bytes %llu-%llu: %s", h->src.name, (unsigned long long)off,
-                (unsigned long long)(off + len - 1), why);
-        return TBM_ERR_IO;
+        tbm_log(TBM_LOG_ERROR, "%s: bytes %llu-%llu: transfer failed: %s", h->src.name,
+                (unsigned long long)off, (unsigned long long)(off + len - 1), why);
+        /* not a change: what it stopped is tried again */
+        return TBM_ERR_TRANSFER;
     }
 }
 
@@ -488,6 +700,8 @@ static void hints_merge(struct http *h)
     h->hinted_bytes = 0;
 }
 
+/* A hinted range that is refused, redirected or fails is read later
+ * through the cache, which retries and follows. */
 struct hint_transfer {
     struct response r;
     struct curl_slist *list;
@@ -497,24 +711,18 @@ struct hint_transfer {
 static int hint_start(struct http *h, CURL *easy, struct hint_transfer *t, struct range *range)
 {
     char header[80];
+    unsigned version;
 
     memset(t, 0, sizeof(*t));
     if (!(range->data = malloc(range->len)))
         return TBM_ERR_NOMEM;
     snprintf(header, sizeof(header), "Range: bytes=%llu-%llu", (unsigned long long)range->off,
              (unsigned long long)(range->off + range->len - 1));
-    for (struct curl_slist *l = h->headers; l; l = l->next)
-        if (!(t->list = curl_slist_append(t->list, l->data)))
-            return TBM_ERR_NOMEM;
-    struct curl_slist *with = curl_slist_append(t->list, header);
-    if (!with)
-        return TBM_ERR_NOMEM;
-    t->list = with;
     t->range = range;
     t->r.easy = easy;
     t->r.buf = range->data;
     t->r.cap = range->len;
-    if (curl_easy_setopt(easy, CURLOPT_HTTPHEADER, t->list) != CURLE_OK ||
+    if (prepare(h, easy, h->url, header, &t->list, &version) < 0 ||
         curl_easy_setopt(easy, CURLOPT_HEADERDATA, &t->r) != CURLE_OK ||
         curl_easy_setopt(easy, CURLOPT_WRITEDATA, &t->r) != CURLE_OK ||
         curl_easy_setopt(easy, CURLOPT_ERRORBUFFER, t->r.errbuf) != CURLE_OK ||
@@ -746,10 +954,15 @@ static void http_close(struct tbm_source *src)
     free(h->store);
     free(h->hints);
     curl_slist_free_all(h->headers);
+    tbm_s3_credentials_clear(&h->cred);
     pthread_mutex_destroy(&h->lock);
     pthread_mutex_destroy(&h->hint_lock);
+    pthread_mutex_destroy(&h->cred_lock);
     free(h->tail);
     free(h->src.name);
+    free(h->url);
+    free(h->ca_file);
+    free(h->sigv4);
     free(h);
 }
 
@@ -764,7 +977,88 @@ static const struct tbm_source_ops http_ops = {
 
 bool tbm_source_is_url(const char *name)
 {
-    return strncasecmp(name, "http://", 7) == 0 || strncasecmp(name, "https://", 8) == 0;
+    return strncasecmp(name, "http://", 7) == 0 || strncasecmp(name, "https://", 8) == 0 ||
+           tbm_s3_is_url(name);
+}
+
+char *tbm_source_url_display(const char *url)
+{
+    const char *scheme = strstr(url, "://");
+
+    /* an s3:// key may hold '?', '#' or '@' as any other byte */
+    if (!scheme || tbm_s3_is_url(url))
+        return strdup(url);
+    const char *host = scheme + 3;
+    size_t authority = strcspn(host, "/?#");
+    const char *at = memrchr(host, '@', authority);
+    if (at)
+        host = at + 1;
+    size_t path = strcspn(host, "?#");
+    bool query = host[path] != '\0';
+    char *out = malloc((size_t)(scheme + 3 - url) + path + sizeof("?\u2026"));
+    if (out)
+        sprintf(out, "%.*s%.*s%s", (int)(scheme + 3 - url), url, (int)path, host,
+                query ? "?\u2026" : "");
+    return out;
+}
+
+/* -o http_header_file: "Name: value" a line; blank lines and lines that
+ * begin with '#' are skipped. A line is never quoted: it may be a secret. */
+static int read_header_file(struct http *h, const char *path, char *why, size_t whylen)
+{
+    FILE *f = fopen(path, "re");
+    char line[8192];
+    int status = 0;
+    unsigned n = 0;
+
+    if (!f) {
+        snprintf(why, whylen, "%s: %s", path, strerror(errno));
+        return TBM_ERR_SOURCE;
+    }
+    while (status == 0 && fgets(line, sizeof(line), f)) {
+        size_t len = strlen(line);
+        n++;
+        while (len > 0 && (line[len - 1] == '\n' || line[len - 1] == '\r'))
+            line[--len] = '\0';
+        if (len == 0 || line[0] == '#')
+            continue;
+        const char *colon = strchr(line, ':');
+        bool control = false;
+        for (size_t i = 0; i < len; i++)
+            control |= (unsigned char)line[i] < 0x20 && line[i] != '\t';
+        if (!colon || colon == line || control || len == sizeof(line) - 1) {
+            snprintf(why, whylen, "%s: line %u: not one header line \"Name: value\"", path, n);
+            status = TBM_ERR_SOURCE;
+        } else if (!add_header(&h->headers, line)) {
+            status = TBM_ERR_NOMEM;
+        }
+    }
+    explicit_bzero(line, sizeof(line));
+    fclose(f);
+    return status;
+}
+
+/* What an s3:// source needs beside an http one: the object's URL, the
+ * signing parameter, the credentials, and AWS_CA_BUNDLE. */
+static int s3_setup(struct http *h, const char *url, const struct tbm_http_options *opts, char *why,
+                    size_t whylen)
+{
+    char *region;
+    int r = tbm_s3_locate(url, opts->s3_endpoint, opts->s3_region, &h->url, &region, why, whylen);
+
+    if (r < 0)
+        return r;
+    r = asprintf(&h->sigv4, "aws:amz:%s:s3", region) < 0 ? TBM_ERR_NOMEM : 0;
+    if (r < 0)
+        h->sigv4 = NULL;
+    free(region);
+    const char *bundle = getenv("AWS_CA_BUNDLE");
+    if (r == 0 && !h->ca_file && bundle && *bundle && !(h->ca_file = strdup(bundle)))
+        r = TBM_ERR_NOMEM;
+    pthread_mutex_lock(&h->cred_lock);
+    credentials_read(h);
+    pthread_mutex_unlock(&h->cred_lock);
+    return r;
 }
 
 int tbm_source_open_http(const char *url, const struct tbm_http_options *opts,
@@ -789,17 +1083,26 @@ int tbm_source_open_http(const char *url, const struct tbm_http_options *opts,
         return TBM_ERR_NOMEM;
     pthread_mutex_init(&h->lock, NULL);
     pthread_mutex_init(&h->hint_lock, NULL);
+    pthread_mutex_init(&h->cred_lock, NULL);
     h->src.ops = &http_ops;
     h->src.fd = -1; /* nothing to splice from: views read into a buffer */
     h->timeout = opts->timeout ? (long)opts->timeout : (long)TBM_HTTP_TIMEOUT;
-    if (!(h->src.name = strdup(url)) || !(h->tail = malloc(TAIL_SIZE)))
+    if (!(h->src.name = tbm_source_url_display(url)) || !(h->tail = malloc(TAIL_SIZE)) ||
+        (opts->ca_file && !(h->ca_file = strdup(opts->ca_file))))
         goto fail;
-    for (size_t i = 0; i < opts->nheaders; i++) {
-        struct curl_slist *l = curl_slist_append(h->headers, opts->headers[i]);
-        if (!l)
+    if (tbm_s3_is_url(url)) {
+        if ((status = s3_setup(h, url, opts, why, whylen)) < 0)
             goto fail;
-        h->headers = l;
+        status = TBM_ERR_NOMEM;
+    } else if (!(h->url = strdup(url))) {
+        goto fail;
     }
+    for (size_t i = 0; i < opts->nheaders; i++)
+        if (!add_header(&h->headers, opts->headers[i]))
+            goto fail;
+    if (opts->header_file && (status = read_header_file(h, opts->header_file, why, whylen)) < 0)
+        goto fail;
+    status = TBM_ERR_NOMEM;
     if (!(easy = easy_new(h)))
         goto fail;
     switch (fetch(h, easy, &r, h->tail, TAIL_SIZE, 0, true, why, whylen)) {
@@ -812,19 +1115,23 @@ int tbm_source_open_http(const char *url, const struct tbm_http_options *opts,
         status = TBM_ERR_SOURCE;
         goto fail;
     }
-    h->mount = r.v;
-    h->latest = r.v;
-    h->tail_off = r.first;
+    h->mount = r.reply.v;
+    h->latest = r.reply.v;
+    h->tail_off = r.reply.first;
     h->tail_len = r.got;
-    h->src.id.size = r.v.size;
+    h->src.id.size = r.reply.v.size;
     snprintf(h->src.id.tag, sizeof(h->src.id.tag), "%s",
-             r.v.etag[0] ? r.v.etag : r.v.last_modified);
-    time_t lm = r.v.last_modified[0] ? curl_getdate(r.v.last_modified, NULL) : -1;
+             r.reply.v.etag[0] ? r.reply.v.etag : r.reply.v.last_modified);
+    time_t lm = r.reply.v.last_modified[0] ? curl_getdate(r.reply.v.last_modified, NULL) : -1;
     h->src.id.mtime.tv_sec = lm >= 0 ? lm : time(NULL);
-    struct tbm_cache_fetcher f = {
-        .ctx = h, .worker_new = worker_new, .worker_free = worker_free, .fetch = fetch_block};
+    /* a reader may wait behind another's transfer: as long as its own */
+    struct tbm_cache_fetcher f = {.ctx = h,
+                                  .worker_new = worker_new,
+                                  .worker_free = worker_free,
+                                  .fetch = fetch_block,
+                                  .wait_limit = (unsigned)(deadline_ms(h) / 1000)};
     uint64_t cache = opts->cache_size ? opts->cache_size : TBM_HTTP_CACHE_DEFAULT;
-    if (tbm_cache_new(&f, r.v.size, cache, WORKERS, &h->cache) < 0) {
+    if (tbm_cache_new(&f, r.reply.v.size, cache, WORKERS, &h->cache) < 0) {
         snprintf(why, whylen, "out of memory");
         goto fail;
     }

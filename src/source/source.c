@@ -1,4 +1,5 @@
 /* What every source shares, built on its three operations. */
+#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -16,6 +17,18 @@ static bool same_file(const struct tbm_source_id *a, const struct tbm_source_id 
     return a->size == b->size && a->dev == b->dev && a->ino == b->ino &&
            a->mtime.tv_sec == b->mtime.tv_sec && a->mtime.tv_nsec == b->mtime.tv_nsec &&
            (ctime_same || a->nlink < b->nlink) && strcmp(a->tag, b->tag) == 0;
+}
+
+static atomic_bool stopping;
+
+void tbm_source_stop(void)
+{
+    atomic_store(&stopping, true);
+}
+
+bool tbm_source_stopping(void)
+{
+    return atomic_load(&stopping);
 }
 
 int tbm_source_verify(struct tbm_source *src)

@@ -98,8 +98,11 @@ static struct json_object *stored_json(const struct tbm_tensor *t)
 static int header_doc(const struct tbm_views *v, size_t t, bool with_stats, char **out, size_t *len)
 {
     const struct tbm_tensor *tensor = &v->model->tensors[t];
-    const struct tbm_tensor_stats *st = with_stats ? tbm_tensor_stats(v->model, t) : NULL;
-    struct json_object *o = with_stats && !st ? NULL : json_object_new_object();
+    const struct tbm_tensor_stats *st = NULL;
+    int r = with_stats ? tbm_tensor_stats_get(v->model, t, &st) : 0;
+    if (r < 0)
+        return r;
+    struct json_object *o = json_object_new_object();
     const char *dtype = dtype_name(tensor);
 
     if (!o)
@@ -117,7 +120,7 @@ static int header_doc(const struct tbm_views *v, size_t t, bool with_stats, char
     json_object_object_add(o, "problems", strlist_json(&tensor->problems));
     json_object_object_add(o, "warnings", warnings_json(tensor, st));
     json_object_object_add(o, "index", stored_json(tensor));
-    int r = tbm_json_dump(o, out, len);
+    r = tbm_json_dump(o, out, len);
     json_object_put(o);
     return r;
 }
@@ -181,7 +184,13 @@ static int model_doc(const struct tbm_views *v, bool with_stats, char **out, siz
         const struct tbm_tensor *t = &m->tensors[i];
         if (t->header_sound)
             total = add_sat(total, t->hdr.num_weights);
-        const struct tbm_tensor_stats *st = with_stats ? tbm_tensor_stats(m, i) : NULL;
+        const struct tbm_tensor_stats *st = NULL;
+        int r = with_stats ? tbm_tensor_stats_get(m, i, &st) : 0;
+        if (r < 0) {
+            /* a total short of a tensor is not served as the total */
+            json_object_put(o);
+            return r;
+        }
         size_t n = t->warnings.count + (st ? st->warnings.count : 0);
         if (st && st->known)
             kept = add_sat(kept, st->counts.kept);

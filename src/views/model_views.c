@@ -72,10 +72,12 @@ static int tensors_text(const struct tbm_views *v, bool with_stats, struct print
     if (pb && printbuf_memappend(pb, n ? "[\n" : "[", n ? 2 : 1) < 0)
         return TBM_ERR_NOMEM;
     for (size_t t = 0; t < n && r == 0; t++) {
-        const struct tbm_tensor_stats *st = with_stats ? tbm_tensor_stats(v->model, t) : NULL;
-        struct json_object *o = with_stats && !st ? NULL : tensor_json(&v->model->tensors[t], st);
+        const struct tbm_tensor_stats *st = NULL;
+        r = with_stats ? tbm_tensor_stats_get(v->model, t, &st) : 0;
+        struct json_object *o = r < 0 ? NULL : tensor_json(&v->model->tensors[t], st);
         const char *text = o ? json_object_to_json_string_ext(o, flags) : NULL;
-        r = text ? 0 : TBM_ERR_NOMEM;
+        if (r == 0)
+            r = text ? 0 : TBM_ERR_NOMEM;
         if (r == 0 && pb)
             r = printbuf_memappend(pb, "  ", 2) < 0 ? TBM_ERR_NOMEM : 0;
         *total += 2 + (t + 1 < n ? 2 : 1);

@@ -276,6 +276,8 @@ static int selftest_tensor(const struct tbm_views *v, const struct tbm_tensor *t
         snprintf(res->error, sizeof(res->error), ERR_CHANGED);
     else if (r == TBM_ERR_IO)
         snprintf(res->error, sizeof(res->error), ERR_IO);
+    else if (r == TBM_ERR_TRANSFER || r == TBM_ERR_DENIED || r == TBM_ERR_STOPPED)
+        snprintf(res->error, sizeof(res->error), "a transfer from the source failed");
     else if (r < 0)
         snprintf(res->error, sizeof(res->error), ERR_NOMEM);
     res->pass = res->pass && r == 0;

@@ -21,14 +21,128 @@ def free_port():
         return s.getsockname()[1]
 
 
+def make_ca_cert(prefix):
+    """A certificate authority (ca.pem) and a certificate for 127.0.0.1 it signed (cert.pem,
+    key.pem), in prefix."""
+    def openssl(*args):
+        subprocess.run(["openssl"] + list(args), check=True, capture_output=True, timeout=60)
+
+    p = prefix + "/"
+    openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj",
+            "/CN=tbmfs test CA", "-keyout", p + "ca.key", "-out", p + "ca.pem")
+    openssl("req", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=127.0.0.1", "-keyout",
+            p + "key.pem", "-out", p + "cert.csr")
+    with open(p + "ext.cnf", "w") as f:
+        f.write("subjectAltName=IP:127.0.0.1\n")
+    openssl("x509", "-req", "-in", p + "cert.csr", "-CA", p + "ca.pem", "-CAkey", p + "ca.key",
+            "-CAcreateserial", "-days", "2", "-extfile", p + "ext.cnf", "-out", p + "cert.pem")
+
+
+class Hostile:
+    """A file server on 127.0.0.1 that answers Range requests over data as a web server does,
+    and what a hostile one may do besides: etag, when set, gives each answer's ETag (a str of any
+    code points below 256, sent as those bytes); trickle makes the bodies of ranges that start
+    before trickle_before come a byte every trickle seconds; /jump/NAME redirects to jump_to +
+    NAME; fail, when set, is the status every request gets (a server down for a while). seen
+    keeps every request's path and headers."""
+
+    def __init__(self, data):
+        self.data = data
+        self.etag = None
+        self.trickle = None
+        self.trickle_before = 0
+        self.jump_to = None
+        self.fail = None
+        self.seen = []
+        self.done = threading.Event()  # trickles end when set
+        self.server = None
+
+    def start(self):
+        host = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args):
+                pass
+
+            def do_GET(self):
+                host.seen.append((self.path, dict(self.headers.items())))
+                if host.fail:
+                    self.send_response(host.fail)
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                    return
+                if self.path.startswith("/jump/") and host.jump_to:
+                    self.send_response(302)
+                    self.send_header("Location", host.jump_to + self.path[len("/jump/"):])
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                    return
+                size = len(host.data)
+                rng = (self.headers.get("Range") or "").replace("bytes=", "")
+                first, _, last = rng.partition("-")
+                if not rng:
+                    a, b = 0, size - 1
+                elif first == "":
+                    a, b = max(0, size - int(last)), size - 1
+                else:
+                    a, b = int(first), min(size - 1, int(last) if last else size - 1)
+                body = host.data[a:b + 1]
+                self.send_response(206 if rng else 200)
+                if rng:
+                    self.send_header("Content-Range", "bytes %d-%d/%d" % (a, b, size))
+                if host.etag is not None:
+                    self.send_header("ETag", host.etag)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                try:
+                    if host.trickle and a < host.trickle_before:
+                        for i in range(len(body)):
+                            if host.done.wait(host.trickle):
+                                return
+                            self.wfile.write(body[i:i + 1])
+                            self.wfile.flush()
+                    else:
+                        self.wfile.write(body)
+                except OSError:
+                    self.close_connection = True
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.port = self.server.server_address[1]
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        return self
+
+    def url(self, name):
+        return "http://127.0.0.1:%d/%s" % (self.port, name)
+
+    def stop(self):
+        self.done.set()
+        if self.server:
+            self.server.shutdown()
+            self.server.server_close()
+            self.server = None
+
+    def __enter__(self):
+        return self.start()
+
+    def __exit__(self, *exc):
+        self.stop()
+        return False
+
+
 class Nginx:
     """nginx serving root on 127.0.0.1; every request is a line of access.log."""
 
-    def __init__(self, prefix, root, workers=2, tls=False):
+    def __init__(self, prefix, root, workers=2, tls=False, ca=False, autoindex=False):
         self.prefix = prefix
+        self.autoindex = autoindex  # directory listings, which rclone's http backend reads
         self.root = root
         self.workers = workers
-        self.tls = tls  # also serve https on tls_port, with a self-signed certificate
+        self.tls = tls or ca  # also serve https on tls_port, with a self-signed certificate
+        self.ca = ca  # or one signed by a CA of our own, whose certificate is ca_file
+        self.ca_file = os.path.join(prefix, "ca.pem") if ca else None
         self.tls_port = None
         self.port = None
         self.proc = None
@@ -56,13 +170,15 @@ http {
   server {
     listen 127.0.0.1:%d;
     root %s;
+    %s
     location /moved/ { rewrite ^/moved/(.*)$ /$1 redirect; }
     # a slow server: a 1 MiB range takes a second (nginx sends the first 512 KiB at once)
     location /slow/ { alias %s/; limit_rate 512k; }
   }
 %s
 }
-""" % (self.workers, p, p, self.log, temps, self.port, self.root, self.root, self.tls_server())
+""" % (self.workers, p, p, self.log, temps, self.port, self.root,
+       "autoindex on;" if self.autoindex else "", self.root, self.tls_server())
 
     def tls_server(self):
         if not self.tls:
@@ -76,7 +192,9 @@ http {
 
     def start(self):
         os.makedirs(self.prefix, exist_ok=True)
-        if self.tls:
+        if self.ca:
+            make_ca_cert(self.prefix)
+        elif self.tls:
             subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days",
                             "2", "-subj", "/CN=127.0.0.1", "-keyout", self.prefix + "/key.pem",
                             "-out", self.prefix + "/cert.pem"], check=True, capture_output=True,

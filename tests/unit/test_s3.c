@@ -1,0 +1,220 @@
+/* Unit tests of where an s3:// URL's object is (endpoint, region, the key's
+ * SigV4 encoding), of the credentials' search order and file format, and of
+ * how a URL is shown, with expected strings written out by hand. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "source/s3.h"
+#include "tbm/source.h"
+
+static const char *const aws_vars[] = {
+    "AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL",  "AWS_REGION",
+    "AWS_DEFAULT_REGION",  "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY",
+    "AWS_SESSION_TOKEN",   "AWS_PROFILE",       "AWS_SHARED_CREDENTIALS_FILE",
+};
+
+static int clean_env(void **state)
+{
+    (void)state;
+    for (size_t i = 0; i < sizeof(aws_vars) / sizeof(aws_vars[0]); i++)
+        unsetenv(aws_vars[i]);
+    setenv("HOME", "/nonexistent", 1);
+    return 0;
+}
+
+static void locate(const char *s3url, const char *endpoint, const char *region,
+                   const char *want_url, const char *want_region)
+{
+    char why[256], *url, *reg;
+
+    assert_int_equal(tbm_s3_locate(s3url, endpoint, region, &url, &reg, why, sizeof(why)), 0);
+    assert_string_equal(url, want_url);
+    assert_string_equal(reg, want_region);
+    free(url);
+    free(reg);
+}
+
+static void test_aws_virtual_host(void **state)
+{
+    (void)state;
+    locate("s3://models/llama.tbm", NULL, NULL,
+           "https://models.s3.us-east-1.amazonaws.com/llama.tbm", "us-east-1");
+    setenv("AWS_DEFAULT_REGION", "eu-west-3", 1);
+    locate("s3://models/llama.tbm", NULL, NULL,
+           "https://models.s3.eu-west-3.amazonaws.com/llama.tbm", "eu-west-3");
+    setenv("AWS_REGION", "ap-south-1", 1);
+    locate("s3://models/llama.tbm", NULL, NULL,
+           "https://models.s3.ap-south-1.amazonaws.com/llama.tbm", "ap-south-1");
+    locate("s3://models/llama.tbm", NULL, "us-west-2",
+           "https://models.s3.us-west-2.amazonaws.com/llama.tbm", "us-west-2");
+}
+
+static void test_endpoint_order(void **state)
+{
+    (void)state;
+    setenv("AWS_ENDPOINT_URL", "http://general:9000", 1);
+    locate("s3://b1/k", NULL, NULL, "http://general:9000/b1/k", "us-east-1");
+    setenv("AWS_ENDPOINT_URL_S3", "http://s3only:9000/", 1);
+    locate("s3://b1/k", NULL, NULL, "http://s3only:9000/b1/k", "us-east-1");
+    locate("s3://b1/k", "https://option:443//", NULL, "https://option:443/b1/k", "us-east-1");
+}
+
+static void test_key_encoding(void **state)
+{
+    (void)state;
+    locate("s3://b1/team/llama v1/\xc3\xa9t\xc3\xa9+1~a_b-c.tbm", "http://h", NULL,
+           "http://h/b1/team/llama%20v1/%C3%A9t%C3%A9%2B1~a_b-c.tbm", "us-east-1");
+    locate("s3://b1/a?b#c%d@e", "http://h", NULL, "http://h/b1/a%3Fb%23c%25d%40e", "us-east-1");
+}
+
+static void test_refusals(void **state)
+{
+    static const char *const bad[] = {"s3://bucket", "s3://bucket/", "s3:///key",
+                                      "s3://bad bucket/k", "s3://b~x/k"};
+    char why[256], *url, *reg;
+
+    (void)state;
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+        assert_int_equal(tbm_s3_locate(bad[i], NULL, NULL, &url, &reg, why, sizeof(why)),
+                         TBM_ERR_SOURCE);
+    assert_int_equal(tbm_s3_locate("s3://b1/k", "ftp://h", NULL, &url, &reg, why, sizeof(why)),
+                     TBM_ERR_SOURCE);
+    assert_int_equal(tbm_s3_locate("s3://b1/k", NULL, "us/east", &url, &reg, why, sizeof(why)),
+                     TBM_ERR_SOURCE);
+}
+
+/* A credentials file in a temporary directory; its path in path. */
+static void write_file(char *path, const char *text)
+{
+    strcpy(path, "/tmp/tbm-test-s3-XXXXXX");
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    assert_int_equal(write(fd, text, strlen(text)), (ssize_t)strlen(text));
+    close(fd);
+}
+
+static const char file_text[] = "# comment\n"
+                                "[default]\n"
+                                "aws_access_key_id = AKDEFAULT\n"
+                                "aws_secret_access_key=secret default\r\n"
+                                "\n"
+                                "; another comment\n"
+                                "  [reader]  \n"
+                                "aws_access_key_id=AKREADER\n"
+                                "aws_secret_access_key = SKREADER\n"
+                                "aws_session_token = TOKEN=with=equals\n"
+                                "[half]\n"
+                                "aws_access_key_id=AKHALF\n";
+
+static void test_credentials_file(void **state)
+{
+    struct tbm_s3_credentials c;
+    char path[64];
+
+    (void)state;
+    write_file(path, file_text);
+    setenv("AWS_SHARED_CREDENTIALS_FILE", path, 1);
+    tbm_s3_credentials_load(&c);
+    assert_string_equal(c.key_id, "AKDEFAULT");
+    assert_string_equal(c.secret, "secret default");
+    assert_string_equal(c.token, "");
+    setenv("AWS_PROFILE", "reader", 1);
+    tbm_s3_credentials_load(&c);
+    assert_string_equal(c.key_id, "AKREADER");
+    assert_string_equal(c.secret, "SKREADER");
+    assert_string_equal(c.token, "TOKEN=with=equals");
+    setenv("AWS_PROFILE", "half", 1); /* half a key pair signs nothing */
+    tbm_s3_credentials_load(&c);
+    assert_string_equal(c.key_id, "");
+    setenv("AWS_PROFILE", "missing", 1);
+    tbm_s3_credentials_load(&c);
+    assert_string_equal(c.key_id, "");
+    unlink(path);
+}
+
+static void test_environment_first(void **state)
+{
+    struct tbm_s3_credentials c;
+    char path[64];
+
+    (void)state;
+    write_file(path, file_text);
+    setenv("AWS_SHARED_CREDENTIALS_FILE", path, 1);
+    setenv("AWS_ACCESS_KEY_ID", "AKENV", 1);
+    tbm_s3_credentials_load(&c); /* no secret in the environment: the file's */
+    assert_string_equal(c.key_id, "AKDEFAULT");
+    setenv("AWS_SECRET_ACCESS_KEY", "SKENV", 1);
+    setenv("AWS_SESSION_TOKEN", "TKENV", 1);
+    tbm_s3_credentials_load(&c);
+    assert_string_equal(c.key_id, "AKENV");
+    assert_string_equal(c.secret, "SKENV");
+    assert_string_equal(c.token, "TKENV");
+    unlink(path);
+}
+
+static void test_home_file(void **state)
+{
+    struct tbm_s3_credentials c;
+    char home[] = "/tmp/tbm-test-home-XXXXXX", dir[128], path[160];
+
+    (void)state;
+    assert_non_null(mkdtemp(home));
+    snprintf(dir, sizeof(dir), "%s/.aws", home);
+    snprintf(path, sizeof(path), "%s/credentials", dir);
+    assert_int_equal(mkdir(dir, 0700), 0);
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs(file_text, f);
+    fclose(f);
+    setenv("HOME", home, 1);
+    tbm_s3_credentials_load(&c);
+    assert_string_equal(c.key_id, "AKDEFAULT");
+    unlink(path);
+    rmdir(dir);
+    rmdir(home);
+}
+
+static void shown(const char *url, const char *want)
+{
+    char *s = tbm_source_url_display(url);
+
+    assert_non_null(s);
+    assert_string_equal(s, want);
+    free(s);
+}
+
+static void test_url_display(void **state)
+{
+    (void)state;
+    shown("https://host/m.tbm", "https://host/m.tbm");
+    shown("https://alice:pw@host:8443/dir/m.tbm", "https://host:8443/dir/m.tbm");
+    shown("http://u:p@x@host/m.tbm?token=abc", "http://host/m.tbm?\xe2\x80\xa6");
+    shown("https://host/m.tbm#frag", "https://host/m.tbm?\xe2\x80\xa6");
+    shown("https://host?x=1", "https://host?\xe2\x80\xa6");
+    shown("s3://bucket/a?b@c", "s3://bucket/a?b@c");
+    shown("/local/path?x", "/local/path?x");
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup(test_aws_virtual_host, clean_env),
+        cmocka_unit_test_setup(test_endpoint_order, clean_env),
+        cmocka_unit_test_setup(test_key_encoding, clean_env),
+        cmocka_unit_test_setup(test_refusals, clean_env),
+        cmocka_unit_test_setup(test_credentials_file, clean_env),
+        cmocka_unit_test_setup(test_environment_first, clean_env),
+        cmocka_unit_test_setup(test_home_file, clean_env),
+        cmocka_unit_test_setup(test_url_display, clean_env),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
