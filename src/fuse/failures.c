@@ -70,7 +70,7 @@ static const char *reason(int status)
     case TBM_ERR_NOMEM:
         return "out of memory";
     case TBM_ERR_DENIED:
-        return "access denied by the store (see the line above for its error code)";
+        return "the store refused the credentials (see the line before for its error code)";
     case TBM_ERR_TRANSFER:
         return "a transfer from the server failed; the next read tries again";
     default:
