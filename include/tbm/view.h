@@ -16,8 +16,9 @@
 /* A model's views: the model and what is rendered once for it. */
 struct tbm_views;
 
-/* One row of the table: a file kind. */
-struct tbm_view;
+/* One row of the table: a kind of file (dense.f32, model.json, ...), not
+ * to be taken for the views of a model above. */
+struct tbm_file_kind;
 
 /* Where a file kind lives: the mount's root, or each tensors/<dir>/. */
 enum tbm_view_place {
@@ -64,31 +65,31 @@ int tbm_views_watch_open(const struct tbm_views *views, struct tbm_watch **out);
 
 /* The rows of a place, in listing order; i < tbm_view_count(place). */
 size_t tbm_view_count(enum tbm_view_place place);
-const struct tbm_view *tbm_view_at(enum tbm_view_place place, size_t i);
+const struct tbm_file_kind *tbm_view_at(enum tbm_view_place place, size_t i);
 /* The row of a place named name, or NULL. */
-const struct tbm_view *tbm_view_find(enum tbm_view_place place, const char *name);
+const struct tbm_file_kind *tbm_view_find(enum tbm_view_place place, const char *name);
 
 /* Whether the model has a root row's file (config.json only for the
  * architectures it knows); every other row is always there. */
-bool tbm_view_present(const struct tbm_views *views, const struct tbm_view *view);
+bool tbm_view_present(const struct tbm_views *views, const struct tbm_file_kind *view);
 
 /* The file name of a row, e.g. "dense.f32", and where it lives. */
-const char *tbm_view_name(const struct tbm_view *view);
-enum tbm_view_place tbm_view_place(const struct tbm_view *view);
+const char *tbm_view_name(const struct tbm_file_kind *view);
+enum tbm_view_place tbm_view_place(const struct tbm_file_kind *view);
 
 /* True for views rendered whole when opened: a reader takes the content once
  * per open with tbm_view_render (tbm_view_read renders it again per call). */
-bool tbm_view_rendered(const struct tbm_view *view);
+bool tbm_view_rendered(const struct tbm_file_kind *view);
 
 /* True for views whose rendering can take seconds (the self-tests): their
  * opens are best answered away from the threads that serve everything else. */
-bool tbm_view_slow(const struct tbm_view *view);
+bool tbm_view_slow(const struct tbm_file_kind *view);
 
 /* In what follows, t is the tensor (ignored for root files). */
 
 /* Whether the view is rendered once per mount and that render is done, so
  * that an open is answered at once: cheap, one lookup, never renders. */
-bool tbm_view_ready(const struct tbm_views *views, const struct tbm_view *view, size_t t);
+bool tbm_view_ready(const struct tbm_views *views, const struct tbm_file_kind *view, size_t t);
 
 /* Whether tensor t's statistics are computed, so that what needs them
  * (user.tbm.density, header.json) is answered at once; computing them reads
@@ -98,20 +99,20 @@ bool tbm_views_stats_ready(const struct tbm_views *views, size_t t);
 /* Whether the view can be served: false for the views of a broken tensor
  * that validation found unsafe. Such a view has size 0 and its reads fail
  * with TBM_ERR_BROKEN. */
-bool tbm_view_servable(const struct tbm_views *views, const struct tbm_view *view, size_t t);
+bool tbm_view_servable(const struct tbm_views *views, const struct tbm_file_kind *view, size_t t);
 
 /* The size in bytes. */
-int tbm_view_size(const struct tbm_views *views, const struct tbm_view *view, size_t t,
+int tbm_view_size(const struct tbm_views *views, const struct tbm_file_kind *view, size_t t,
                   uint64_t *size);
 
 /* Reads up to len bytes at off into buf; *got is short only at the end of
  * the file. Fails with TBM_ERR_BROKEN for a view that cannot be served,
  * TBM_ERR_IO when the source cannot be read. */
-int tbm_view_read(const struct tbm_views *views, const struct tbm_view *view, size_t t, char *buf,
-                  uint64_t off, size_t len, size_t *got);
+int tbm_view_read(const struct tbm_views *views, const struct tbm_file_kind *view, size_t t,
+                  char *buf, uint64_t off, size_t len, size_t *got);
 
 /* The whole content of a rendered view, in a malloc'd buffer. */
-int tbm_view_render(const struct tbm_views *views, const struct tbm_view *view, size_t t,
+int tbm_view_render(const struct tbm_views *views, const struct tbm_file_kind *view, size_t t,
                     char **out, size_t *len);
 
 /* Where bytes of a view lie in the source, for views that can be bytes of it
@@ -129,7 +130,7 @@ struct tbm_source_range {
  * bytes; 0 for bytes that are computed, or a source with no descriptor (read
  * them with tbm_view_read); TBM_ERR_BROKEN as tbm_view_read; TBM_ERR_IO when
  * the source no longer holds the range (it has shrunk since the mount). */
-int tbm_view_locate(const struct tbm_views *views, const struct tbm_view *view, size_t t,
+int tbm_view_locate(const struct tbm_views *views, const struct tbm_file_kind *view, size_t t,
                     uint64_t off, size_t len, struct tbm_source_range *out);
 
 /* An open file: a view of a tensor as one open descriptor reads it. Whether
@@ -137,7 +138,7 @@ int tbm_view_locate(const struct tbm_views *views, const struct tbm_view *view, 
  * a rendered view's content is taken here too: rendered for this open, or
  * the one result of the mount for views rendered once. */
 struct tbm_file;
-int tbm_file_open(const struct tbm_views *views, const struct tbm_view *view, size_t t,
+int tbm_file_open(const struct tbm_views *views, const struct tbm_file_kind *view, size_t t,
                   struct tbm_file **out);
 void tbm_file_close(struct tbm_file *file);
 

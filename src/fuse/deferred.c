@@ -17,12 +17,12 @@ enum job_kind { JOB_OPEN, JOB_XATTR, JOB_READ };
 struct job {
     enum job_kind kind;
     fuse_req_t req;
-    struct fuse_file_info fi;    /* an open's, a read's */
-    const struct tbm_view *view; /* an open's */
-    size_t t;                    /* an open's, an extended attribute's */
-    char *name;                  /* getxattr's name; NULL: listxattr */
-    size_t size;                 /* an extended attribute's, a read's */
-    fuse_ino_t ino;              /* a read's */
+    struct fuse_file_info fi;         /* an open's, a read's */
+    const struct tbm_file_kind *view; /* an open's */
+    size_t t;                         /* an open's, an extended attribute's */
+    char *name;                       /* getxattr's name; NULL: listxattr */
+    size_t size;                      /* an extended attribute's, a read's */
+    fuse_ino_t ino;                   /* a read's */
     off_t off;
     uint64_t arrival; /* breaks ties between users never served */
     struct job *next;
@@ -246,7 +246,7 @@ static bool push(struct tbm_deferred *d, struct job *j)
 }
 
 bool tbm_deferred_push(struct tbm_deferred *d, fuse_req_t req, const struct fuse_file_info *fi,
-                       const struct tbm_view *view, size_t t)
+                       const struct tbm_file_kind *view, size_t t)
 {
     struct job *j = malloc(sizeof(*j));
 

@@ -9,7 +9,7 @@
 #include "tbm/log.h"
 
 /* Whether this failure is new; remembers it. */
-static bool first_time(struct tbm_fs *fs, long tensor, const struct tbm_view *view, int status)
+static bool first_time(struct tbm_fs *fs, long tensor, const struct tbm_file_kind *view, int status)
 {
     struct tbm_fs_failures *f = &fs->failures;
     bool fresh = true;
@@ -78,7 +78,7 @@ static const char *reason(int status)
     }
 }
 
-void tbm_fs_failed(struct tbm_fs *fs, long tensor, const struct tbm_view *view, int status)
+void tbm_fs_failed(struct tbm_fs *fs, long tensor, const struct tbm_file_kind *view, int status)
 {
     pthread_t thread;
 

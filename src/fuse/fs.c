@@ -31,8 +31,8 @@ enum {
 
 struct node {
     bool dir;
-    long tensor;                 /* -1 for the root, tensors/ and the root files */
-    const struct tbm_view *view; /* NULL for a directory */
+    long tensor;                      /* -1 for the root, tensors/ and the root files */
+    const struct tbm_file_kind *view; /* NULL for a directory */
 };
 
 /* libfuse splices a reply through a pipe that must hold all of it with its
@@ -110,7 +110,7 @@ static int status_errno(int status)
 }
 
 /* Answers a failed open or read of a view of a tensor: logged, then the errno. */
-static void reply_failure(fuse_req_t req, long tensor, const struct tbm_view *view, int status)
+static void reply_failure(fuse_req_t req, long tensor, const struct tbm_file_kind *view, int status)
 {
     tbm_fs_failed(fuse_req_userdata(req), tensor, view, status);
     fuse_reply_err(req, status_errno(status));
@@ -196,7 +196,7 @@ static void reply_entry(fuse_req_t req, fuse_ino_t ino)
 }
 
 /* The index of a row within its place. */
-static size_t row_index(enum tbm_view_place place, const struct tbm_view *view)
+static size_t row_index(enum tbm_view_place place, const struct tbm_file_kind *view)
 {
     size_t k = 0;
 
@@ -207,7 +207,7 @@ static size_t row_index(enum tbm_view_place place, const struct tbm_view *view)
 
 static fuse_ino_t lookup_root(const struct tbm_fs *fs, const char *name)
 {
-    const struct tbm_view *view = tbm_view_find(TBM_VIEW_ROOT, name);
+    const struct tbm_file_kind *view = tbm_view_find(TBM_VIEW_ROOT, name);
 
     if (view)
         return tbm_view_present(fs->views, view)
@@ -218,7 +218,7 @@ static fuse_ino_t lookup_root(const struct tbm_fs *fs, const char *name)
 
 static fuse_ino_t lookup_tensor_file(const struct tbm_fs *fs, size_t t, const char *name)
 {
-    const struct tbm_view *view = tbm_view_find(TBM_VIEW_TENSOR, name);
+    const struct tbm_file_kind *view = tbm_view_find(TBM_VIEW_TENSOR, name);
 
     return view ? file_ino(fs, t, row_index(TBM_VIEW_TENSOR, view)) : 0;
 }
@@ -385,7 +385,7 @@ int tbm_fs_thread(pthread_t *thread, void *(*fn)(void *), void *arg)
 }
 
 void tbm_fs_open_file(const struct tbm_fs *fs, fuse_req_t req, struct fuse_file_info *fi,
-                      const struct tbm_view *view, size_t t)
+                      const struct tbm_file_kind *view, size_t t)
 {
     struct tbm_file *file;
     int r = tbm_file_open(fs->views, view, t, &file);

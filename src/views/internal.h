@@ -58,7 +58,7 @@ enum tbm_view_sizing {
     TBM_SIZE_CACHED, /* size, remembered per tensor: it costs a render */
 };
 
-struct tbm_view {
+struct tbm_file_kind {
     const char *name;
     enum tbm_view_place place;
     enum tbm_view_bytes bytes;
@@ -223,11 +223,11 @@ int tbm_results_init(struct tbm_views *v);
 void tbm_results_free(struct tbm_views *v);
 /* A reference to row's result for tensor t: the cached one, or rendered
  * now (once, however many ask at the same time). */
-int tbm_results_get(const struct tbm_views *v, const struct tbm_view *row, size_t t,
+int tbm_results_get(const struct tbm_views *v, const struct tbm_file_kind *row, size_t t,
                     struct tbm_result **out);
 /* Whether row's result for tensor t is rendered and cached, so that
  * tbm_results_get would hand it over at once. */
-bool tbm_results_ready(const struct tbm_views *v, const struct tbm_view *row, size_t t);
+bool tbm_results_ready(const struct tbm_views *v, const struct tbm_file_kind *row, size_t t);
 /* A result holding a copy of len bytes of data, one reference. */
 struct tbm_result *tbm_result_new(const char *data, size_t len);
 const char *tbm_result_data(const struct tbm_result *result, size_t *len);

@@ -19,7 +19,7 @@ struct tbm_result {
 /* One cached result: its key, whether it is being rendered, and its place
  * in the eviction order of the results that may be rendered again. */
 struct entry {
-    const struct tbm_view *row;
+    const struct tbm_file_kind *row;
     size_t t;
     bool running;
     struct tbm_result *result; /* NULL while running */
@@ -114,12 +114,12 @@ void tbm_results_free(struct tbm_views *v)
     free(c);
 }
 
-static size_t bucket(const struct tbm_view *row, size_t t)
+static size_t bucket(const struct tbm_file_kind *row, size_t t)
 {
     return ((uintptr_t)row / sizeof(void *) * 31 + t * 0x9E3779B97F4A7C15ull) % BUCKETS;
 }
 
-static struct entry **find(struct tbm_results *c, const struct tbm_view *row, size_t t)
+static struct entry **find(struct tbm_results *c, const struct tbm_file_kind *row, size_t t)
 {
     struct entry **p = &c->buckets[bucket(row, t)];
 
@@ -174,7 +174,7 @@ static void evict(struct tbm_results *c)
     }
 }
 
-bool tbm_results_ready(const struct tbm_views *v, const struct tbm_view *row, size_t t)
+bool tbm_results_ready(const struct tbm_views *v, const struct tbm_file_kind *row, size_t t)
 {
     struct tbm_results *c = v->results;
 
@@ -185,7 +185,7 @@ bool tbm_results_ready(const struct tbm_views *v, const struct tbm_view *row, si
     return ready;
 }
 
-int tbm_results_get(const struct tbm_views *v, const struct tbm_view *row, size_t t,
+int tbm_results_get(const struct tbm_views *v, const struct tbm_file_kind *row, size_t t,
                     struct tbm_result **out)
 {
     struct tbm_results *c = v->results;

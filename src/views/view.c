@@ -9,7 +9,7 @@
 #include <string.h>
 
 /* Listing order within each place is the order of the rows. */
-static const struct tbm_view table[] = {
+static const struct tbm_file_kind table[] = {
     {
         .name = "index.json",
         .place = TBM_VIEW_ROOT,
@@ -253,7 +253,7 @@ size_t tbm_view_count(enum tbm_view_place place)
     return n;
 }
 
-const struct tbm_view *tbm_view_at(enum tbm_view_place place, size_t i)
+const struct tbm_file_kind *tbm_view_at(enum tbm_view_place place, size_t i)
 {
     for (size_t k = 0; k < ROWS; k++)
         if (table[k].place == place && i-- == 0)
@@ -261,7 +261,7 @@ const struct tbm_view *tbm_view_at(enum tbm_view_place place, size_t i)
     return NULL;
 }
 
-const struct tbm_view *tbm_view_find(enum tbm_view_place place, const char *name)
+const struct tbm_file_kind *tbm_view_find(enum tbm_view_place place, const char *name)
 {
     for (size_t k = 0; k < ROWS; k++)
         if (table[k].place == place && strcmp(table[k].name, name) == 0)
@@ -269,12 +269,12 @@ const struct tbm_view *tbm_view_find(enum tbm_view_place place, const char *name
     return NULL;
 }
 
-const char *tbm_view_name(const struct tbm_view *view)
+const char *tbm_view_name(const struct tbm_file_kind *view)
 {
     return view->name;
 }
 
-enum tbm_view_place tbm_view_place(const struct tbm_view *view)
+enum tbm_view_place tbm_view_place(const struct tbm_file_kind *view)
 {
     return view->place;
 }
@@ -306,35 +306,35 @@ bool tbm_views_stats_ready(const struct tbm_views *v, size_t t)
     return tbm_tensor_stats_ready(v->model, t);
 }
 
-bool tbm_view_present(const struct tbm_views *v, const struct tbm_view *view)
+bool tbm_view_present(const struct tbm_views *v, const struct tbm_file_kind *view)
 {
     return !view->present || view->present(v);
 }
 
-bool tbm_view_rendered(const struct tbm_view *view)
+bool tbm_view_rendered(const struct tbm_file_kind *view)
 {
     return view->bytes == TBM_BYTES_RENDERED;
 }
 
-bool tbm_view_slow(const struct tbm_view *view)
+bool tbm_view_slow(const struct tbm_file_kind *view)
 {
     return view->slow;
 }
 
-bool tbm_view_ready(const struct tbm_views *v, const struct tbm_view *view, size_t t)
+bool tbm_view_ready(const struct tbm_views *v, const struct tbm_file_kind *view, size_t t)
 {
     return view->shared && tbm_results_ready(v, view, t);
 }
 
 /* The region of a source view for tensor t, or NULL when it is computed. */
-static const struct tbm_region *region_of(const struct tbm_views *v, const struct tbm_view *view,
-                                          size_t t, uint64_t *skip)
+static const struct tbm_region *
+region_of(const struct tbm_views *v, const struct tbm_file_kind *view, size_t t, uint64_t *skip)
 {
     *skip = 0;
     return view->bytes == TBM_BYTES_SOURCE ? view->region(v, t, skip) : NULL;
 }
 
-bool tbm_view_servable(const struct tbm_views *v, const struct tbm_view *view, size_t t)
+bool tbm_view_servable(const struct tbm_views *v, const struct tbm_file_kind *view, size_t t)
 {
     uint64_t skip;
 
@@ -347,7 +347,7 @@ bool tbm_view_servable(const struct tbm_views *v, const struct tbm_view *view, s
 
 /* The content of a rendered view for one open: the mount's one result of
  * views rendered once, else rendered for this open. */
-static int open_result(const struct tbm_views *v, const struct tbm_view *view, size_t t,
+static int open_result(const struct tbm_views *v, const struct tbm_file_kind *view, size_t t,
                        struct tbm_result **out)
 {
     char *doc;
@@ -364,8 +364,8 @@ static int open_result(const struct tbm_views *v, const struct tbm_view *view, s
     return *out ? 0 : TBM_ERR_NOMEM;
 }
 
-int tbm_view_render(const struct tbm_views *v, const struct tbm_view *view, size_t t, char **out,
-                    size_t *len)
+int tbm_view_render(const struct tbm_views *v, const struct tbm_file_kind *view, size_t t,
+                    char **out, size_t *len)
 {
     struct tbm_result *res;
     const char *data;
@@ -383,7 +383,7 @@ int tbm_view_render(const struct tbm_views *v, const struct tbm_view *view, size
     return *out ? 0 : TBM_ERR_NOMEM;
 }
 
-static int cached_size(const struct tbm_views *v, const struct tbm_view *view, size_t t,
+static int cached_size(const struct tbm_views *v, const struct tbm_file_kind *view, size_t t,
                        uint64_t *size)
 {
     _Atomic uint64_t *cache = &v->rendered_sizes[view->cache][t];
@@ -401,7 +401,8 @@ static int cached_size(const struct tbm_views *v, const struct tbm_view *view, s
     return 0;
 }
 
-int tbm_view_size(const struct tbm_views *v, const struct tbm_view *view, size_t t, uint64_t *size)
+int tbm_view_size(const struct tbm_views *v, const struct tbm_file_kind *view, size_t t,
+                  uint64_t *size)
 {
     const struct tbm_region *region;
     uint64_t skip;
@@ -436,8 +437,8 @@ static int read_region(const struct tbm_tensor *tensor, const struct tbm_region 
 }
 
 /* Reads computed or source bytes of a servable view into buf. */
-static int read_bytes(const struct tbm_views *v, const struct tbm_view *view, size_t t, char *buf,
-                      uint64_t off, size_t len, size_t *got)
+static int read_bytes(const struct tbm_views *v, const struct tbm_file_kind *view, size_t t,
+                      char *buf, uint64_t off, size_t len, size_t *got)
 {
     uint64_t skip;
     char *doc;
@@ -466,7 +467,7 @@ static int read_bytes(const struct tbm_views *v, const struct tbm_view *view, si
     return 0;
 }
 
-int tbm_view_read(const struct tbm_views *v, const struct tbm_view *view, size_t t, char *buf,
+int tbm_view_read(const struct tbm_views *v, const struct tbm_file_kind *view, size_t t, char *buf,
                   uint64_t off, size_t len, size_t *got)
 {
     *got = 0;
@@ -493,8 +494,8 @@ static int still_inside(struct tbm_source *src, const struct tbm_source_range *r
 /* Where up to len bytes at off of a servable view lie as stored in a
  * source: 1 with out (its len 0 past the end of the view), 0 for bytes that
  * are computed. */
-static int span_of(const struct tbm_views *v, const struct tbm_view *view, size_t t, uint64_t off,
-                   size_t len, struct tbm_span *out)
+static int span_of(const struct tbm_views *v, const struct tbm_file_kind *view, size_t t,
+                   uint64_t off, size_t len, struct tbm_span *out)
 {
     uint64_t skip;
 
@@ -513,8 +514,8 @@ static int span_of(const struct tbm_views *v, const struct tbm_view *view, size_
     return 1;
 }
 
-int tbm_view_locate(const struct tbm_views *v, const struct tbm_view *view, size_t t, uint64_t off,
-                    size_t len, struct tbm_source_range *out)
+int tbm_view_locate(const struct tbm_views *v, const struct tbm_file_kind *view, size_t t,
+                    uint64_t off, size_t len, struct tbm_source_range *out)
 {
     struct tbm_span sp;
 
@@ -532,12 +533,12 @@ int tbm_view_locate(const struct tbm_views *v, const struct tbm_view *view, size
 
 struct tbm_file {
     const struct tbm_views *v;
-    const struct tbm_view *view;
+    const struct tbm_file_kind *view;
     size_t t;
     struct tbm_result *result; /* a rendered view's content */
 };
 
-int tbm_file_open(const struct tbm_views *v, const struct tbm_view *view, size_t t,
+int tbm_file_open(const struct tbm_views *v, const struct tbm_file_kind *view, size_t t,
                   struct tbm_file **out)
 {
     struct tbm_file *f;

@@ -256,7 +256,7 @@ static enum tbm_isa pick_isa(unsigned mode)
 
 /* Where tbm_view_locate puts bytes that tbm_view_read gave (got of them in
  * bufa), the source must hold those very bytes. */
-static void check_located(const struct tbm_views *v, const struct tbm_view *kind, size_t t,
+static void check_located(const struct tbm_views *v, const struct tbm_file_kind *kind, size_t t,
                           uint64_t off, size_t len, size_t got)
 {
     struct tbm_source_range src;
@@ -275,7 +275,7 @@ static void check_located(const struct tbm_views *v, const struct tbm_view *kind
  * the bytes against the source where the view says they lie; a successful
  * read is repeated in two parts split at split, into a buffer shifted by one
  * byte, and must give the same bytes. */
-static int read_checked(const struct tbm_views *v, const struct tbm_view *kind, size_t t,
+static int read_checked(const struct tbm_views *v, const struct tbm_file_kind *kind, size_t t,
                         uint64_t size, uint64_t off, size_t len, size_t split)
 {
     size_t got, got1, got2;
@@ -297,7 +297,8 @@ static int read_checked(const struct tbm_views *v, const struct tbm_view *kind, 
 
 /* A view is servable exactly when its reads succeed, and a tensor without
  * problems serves every view; an unservable view has size 0. */
-static void probe_view(const struct tbm_views *v, const struct tbm_view *kind, size_t t, bool sound)
+static void probe_view(const struct tbm_views *v, const struct tbm_file_kind *kind, size_t t,
+                       bool sound)
 {
     bool servable = tbm_view_servable(v, kind, t);
     uint64_t size;
@@ -345,7 +346,7 @@ static void check_npy(const struct tbm_views *v, size_t t)
 }
 
 /* Reads [off, off + len) of a view that must serve all of it. */
-static char *read_range(const struct tbm_views *v, const struct tbm_view *kind, size_t t,
+static char *read_range(const struct tbm_views *v, const struct tbm_file_kind *kind, size_t t,
                         uint64_t off, uint64_t len)
 {
     char *buf = malloc(len + 1);
@@ -559,8 +560,8 @@ static bool has_keys(struct json_object *o, const char *const *keys)
     return true;
 }
 
-static struct json_object *read_document(const struct tbm_views *v, const struct tbm_view *kind,
-                                         size_t t)
+static struct json_object *read_document(const struct tbm_views *v,
+                                         const struct tbm_file_kind *kind, size_t t)
 {
     uint64_t size;
 

@@ -78,7 +78,7 @@ static uint64_t splitmix64(uint64_t *s)
 
 /* READS ranges of view for tensor t: at the start, at the end, and at
  * random offsets; each within the size gives exactly its bytes. */
-static void read_view(const struct tbm_views *v, const struct tbm_view *view, size_t t,
+static void read_view(const struct tbm_views *v, const struct tbm_file_kind *view, size_t t,
                       uint64_t *seed)
 {
     uint64_t size;

@@ -123,7 +123,7 @@ static int teardown(void **state)
 
 /* The content a row must have for tensor t, computed from the stored bytes
  * and the specs; NULL (len 0) for JSON rows, which are checked by parsing. */
-static unsigned char *reference(const struct tbm_view *row, size_t t, size_t *len)
+static unsigned char *reference(const struct tbm_file_kind *row, size_t t, size_t *len)
 {
     const struct spec *s = &specs[t];
     const char *name = tbm_view_name(row);
@@ -214,7 +214,7 @@ static void check_safetensors(const char *doc, size_t len)
     json_object_put(o);
 }
 
-static void check_json(const struct tbm_view *row, size_t t, const char *doc, size_t len)
+static void check_json(const struct tbm_file_kind *row, size_t t, const char *doc, size_t len)
 {
     const char *name = tbm_view_name(row);
     struct json_object *o, *v;
@@ -241,7 +241,8 @@ static void check_json(const struct tbm_view *row, size_t t, const char *doc, si
     json_object_put(o);
 }
 
-static void check_row(const struct tbm_views *v, const struct tbm_view *row, size_t t, bool sound)
+static void check_row(const struct tbm_views *v, const struct tbm_file_kind *row, size_t t,
+                      bool sound)
 {
     uint64_t size;
     size_t got, reflen;
@@ -319,7 +320,7 @@ static void every_row(void **state)
     assert_int_equal(tbm_views_open(m, NULL, &v), 0);
     assert_int_equal(tbm_views_tensor_count(v), NSPECS);
     for (size_t k = 0; k < tbm_view_count(TBM_VIEW_ROOT); k++) {
-        const struct tbm_view *row = tbm_view_at(TBM_VIEW_ROOT, k);
+        const struct tbm_file_kind *row = tbm_view_at(TBM_VIEW_ROOT, k);
         /* config.json and the GGUF files are only there for llama and
          * mistral; this is custom */
         const char *name = tbm_view_name(row);
@@ -344,7 +345,7 @@ static void table_lookups(void **state)
         size_t n = tbm_view_count((enum tbm_view_place)place);
         assert_true(n > 0);
         for (size_t k = 0; k < n; k++) {
-            const struct tbm_view *row = tbm_view_at((enum tbm_view_place)place, k);
+            const struct tbm_file_kind *row = tbm_view_at((enum tbm_view_place)place, k);
             assert_ptr_equal(tbm_view_find((enum tbm_view_place)place, tbm_view_name(row)), row);
         }
         assert_null(tbm_view_at((enum tbm_view_place)place, n));
