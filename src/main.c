@@ -47,6 +47,7 @@ int main(int argc, char *argv[])
      * some thread's arena. */
     mallopt(M_MMAP_THRESHOLD, 256 * 1024);
     status = tbm_cli_parse(argc, argv, &cli, &args);
+    tbm_cli_hide_secrets(argc, argv);
     if (status != 0)
         goto out;
     if (cli.logfile) {

@@ -45,6 +45,11 @@ struct tbm_cli {
 int tbm_cli_parse(int argc, char *argv[], struct tbm_cli *cli, struct fuse_args *args);
 void tbm_cli_free(struct tbm_cli *cli);
 
+/* Overwrites, in the process's own arguments (what ps and /proc/PID/cmdline
+ * show), the values of -o http_header and a URL's user information and
+ * query string with '*'. Call once argv is parsed: nothing reads it after. */
+void tbm_cli_hide_secrets(int argc, char *argv[]);
+
 /* Prints --help: the usage and every documented option, from the one table
  * of options. */
 void tbm_cli_help(const char *prog);

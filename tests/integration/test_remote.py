@@ -54,9 +54,11 @@ def secrets(suite, model_bytes):
                     mounts = f.read()
                 check(shown.replace(" ", "\\040") in mounts, "the source not in /proc/mounts")
                 no_secret("/proc/mounts", mounts)
-                # the URL is as the user typed it; the header file's token is not there
+                # the header file's token is not there, and the URL's secrets are masked
                 with open("/proc/%d/cmdline" % m.pid, "rb") as f:
-                    check(API_KEY not in f.read().decode(), "the token in the command line")
+                    cmdline = f.read().decode()
+                check(API_KEY not in cmdline, "the token in the command line")
+                no_secret("/proc/PID/cmdline", cmdline)
                 check(any(h.get("X-Api-Key") == API_KEY for _, h in server.seen),
                       "the header of the file was not sent")
                 eq(safetensors_metadata(m).get("source"), "m.tbm?\u2026",
@@ -87,6 +89,8 @@ def redirects(suite, model_bytes):
             m = start(suite, home.url("jump/m.tbm"), {},
                       ["-o", "http_header=X-Api-Key: " + API_KEY])
             try:
+                with open("/proc/%d/cmdline" % m.pid, "rb") as f:
+                    check(API_KEY not in f.read().decode(), "-o http_header's value in ps")
                 names = sorted(os.listdir(m.p("tensors")))
                 eq(len(read_all(m.p("tensors", largest(m, names), "raw.tb"))) > 0, True,
                    "a read through the redirect")
