@@ -43,24 +43,6 @@ TBM_INLINE __m256 block_max(const float *x, bool *special)
     return _mm256_max_ps(_mm512_castps512_ps256(m), _mm512_extractf32x8_ps(m, 1));
 }
 
-TBM_INLINE void quantize_one(const float *x, uint8_t *out)
-{
-    bool special;
-    __m256 m8 = block_max(x, &special);
-    float id;
-
-    if (special) {
-        tbm_q8_0_nonfinite(out);
-        return;
-    }
-    /* finite values: max is exact and its order does not matter */
-    __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(m8), _mm256_extractf128_ps(m8, 1));
-    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
-    m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
-    tbm_q8_0_store_d(out, tbm_q8_0_scale(_mm_cvtss_f32(m4), &id));
-    store_q(x, id, out + 2);
-}
-
 #include "q8_0_simd.h"
 
 void tbm_q8_0_avx512(const float *x, size_t blocks, uint8_t *out)

@@ -8,7 +8,6 @@
  * block_max(x, special)   the lanes' maxima of |x| over the 32 values at x, as
  *                         8 floats whose maximum is the block's; *special set
  *                         when one of the values is a NaN or an infinity
- * quantize_one(x, out)    one block, scale and all
  * store_q(x, id, out)     the 32 q of the block at x with multiplier id at out */
 #ifndef TBM_KERNELS_Q8_0_SIMD_H
 #define TBM_KERNELS_Q8_0_SIMD_H
@@ -18,6 +17,25 @@
 #include "internal.h"
 
 #define GROUP 8
+
+/* One block, scale and all. */
+TBM_INLINE void quantize_one(const float *x, uint8_t *out)
+{
+    bool special;
+    __m256 m8 = block_max(x, &special);
+    float id;
+
+    if (special) {
+        tbm_q8_0_nonfinite(out);
+        return;
+    }
+    /* finite values: max is exact and its order does not matter */
+    __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(m8), _mm256_extractf128_ps(m8, 1));
+    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+    m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+    tbm_q8_0_store_d(out, tbm_q8_0_scale(_mm_cvtss_f32(m4), &id));
+    store_q(x, id, out + 2);
+}
 
 /* Lane b: the largest lane of m[b]. */
 TBM_INLINE __m256 max8(const __m256 m[GROUP])

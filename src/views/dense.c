@@ -35,20 +35,17 @@ bool tbm_dense_servable(const struct tbm_views *v, size_t i)
     return t->header_sound && t->weights.ok && (!t->mask_usable || t->mask.ok);
 }
 
-/* Expands elements [first, first + count), count <= CHUNK, into out.
- * float32 weights are their own expansion: they are read straight into out
- * and masked in place, one copy fewer than going through scratch. */
-static int expand_chunk(const struct tbm_views *v, const struct tbm_tensor *t, struct scratch *s,
-                        uint64_t first, size_t count, float *out)
+int tbm_expand_chunk(const struct tbm_views *v, const struct tbm_tensor *t, void *weights,
+                     uint8_t *mask, uint64_t first, size_t count, float *out)
 {
-    void *w = t->hdr.precision == TBM_FP32 ? (void *)out : s->weights;
-    uint8_t *mask = t->mask_usable ? s->mask : NULL;
-    int r = tbm_chunk_read(t, first, count, w, mask);
+    void *w = t->hdr.precision == TBM_FP32 ? (void *)out : weights;
+    uint8_t *m = t->mask_usable ? mask : NULL;
+    int r = tbm_chunk_read(t, first, count, w, m);
 
     if (r < 0)
         return r;
-    if (w != out || mask)
-        tbm_expand(v->model->isa, t->hdr.precision, w, mask, t->hdr.nm_m, first, count, out);
+    if (w != out || m)
+        tbm_expand(v->model->isa, t->hdr.precision, w, m, t->hdr.nm_m, first, count, out);
     return 0;
 }
 
@@ -74,12 +71,13 @@ static int dense_bytes(const struct tbm_views *v, const struct tbm_tensor *t, ch
 
         if (direct) {
             count = (end - pos) / 4 < count ? (size_t)((end - pos) / 4) : count;
-            if ((r = expand_chunk(v, t, s, first, count, (float *)(void *)dst)) < 0)
+            if ((r = tbm_expand_chunk(v, t, s->weights, s->mask, first, count,
+                                      (float *)(void *)dst)) < 0)
                 return r;
             pos += count * 4;
             continue;
         }
-        if ((r = expand_chunk(v, t, s, first, count, s->out)) < 0)
+        if ((r = tbm_expand_chunk(v, t, s->weights, s->mask, first, count, s->out)) < 0)
             return r;
         size_t n = count * 4 - skip;
         if (n > end - pos)

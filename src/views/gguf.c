@@ -71,22 +71,6 @@ static size_t row_run(const struct tbm_gguf_tensor *gt, uint64_t e, size_t max)
     return left < max ? (size_t)left : max;
 }
 
-/* float32 of count (<= CHUNK) elements from stored index first on, masked,
- * into out. float32 weights are read straight into out and masked there. */
-static int expand_run(const struct tbm_views *v, const struct tbm_tensor *t, struct scratch *s,
-                      uint64_t first, size_t count, float *out)
-{
-    void *w = t->hdr.precision == TBM_FP32 ? (void *)out : s->weights;
-    uint8_t *mask = t->mask_usable ? s->mask : NULL;
-    int r = tbm_chunk_read(t, first, count, w, mask);
-
-    if (r < 0)
-        return r;
-    if (w != out || mask)
-        tbm_expand(v->model->isa, t->hdr.precision, w, mask, t->hdr.nm_m, first, count, out);
-    return 0;
-}
-
 /* Bytes [b0, b0 + len) of a tensor's F32 data: the expansion, rows in GGUF
  * order. */
 static int f32_bytes(const struct tbm_views *v, const struct tbm_gguf_tensor *gt, struct scratch *s,
@@ -97,7 +81,7 @@ static int f32_bytes(const struct tbm_views *v, const struct tbm_gguf_tensor *gt
     for (uint64_t pos = b0, end = b0 + len; pos < end;) {
         uint64_t e = pos / 4, want = (end - e * 4 + 3) / 4;
         size_t count = row_run(gt, e, want < CHUNK ? (size_t)want : CHUNK);
-        int r = expand_run(v, t, s, source_element(gt, e), count, s->f32);
+        int r = tbm_expand_chunk(v, t, s->weights, s->mask, source_element(gt, e), count, s->f32);
         if (r < 0)
             return r;
         size_t n = count * 4 - pos % 4;
@@ -120,7 +104,7 @@ static int q8_0_bytes(const struct tbm_views *v, const struct tbm_gguf_tensor *g
         uint64_t want = (end - blk * TBM_Q8_0_BYTES + TBM_Q8_0_BYTES - 1) / TBM_Q8_0_BYTES;
         size_t count =
             row_run(gt, e, want < CHUNK / TBM_Q8_0_ELEMS ? want * TBM_Q8_0_ELEMS : CHUNK);
-        int r = expand_run(v, t, s, source_element(gt, e), count, s->f32);
+        int r = tbm_expand_chunk(v, t, s->weights, s->mask, source_element(gt, e), count, s->f32);
         if (r < 0)
             return r;
         tbm_q8_0_quantize(v->model->isa, s->f32, count / TBM_Q8_0_ELEMS, s->q8);

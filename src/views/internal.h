@@ -165,6 +165,12 @@ int tbm_header_json_size(const struct tbm_views *v, size_t t, uint64_t *size);
 int tbm_header_json_render(const struct tbm_views *v, size_t t, char **out, size_t *len);
 
 /* dense.c: dense.f32, dense.npy */
+/* The float32 expansion, masked, of count elements of t from first on into
+ * out, through the caller's scratch: weights (8 bytes an element) and mask
+ * (a byte an element, plus 8). float32 weights are read straight into out
+ * and masked in place, one copy fewer. */
+int tbm_expand_chunk(const struct tbm_views *v, const struct tbm_tensor *t, void *weights,
+                     uint8_t *mask, uint64_t first, size_t count, float *out);
 bool tbm_dense_servable(const struct tbm_views *v, size_t t);
 const struct tbm_region *tbm_f32_region(const struct tbm_views *v, size_t t, uint64_t *skip);
 int tbm_f32_size(const struct tbm_views *v, size_t t, uint64_t *size);
