@@ -77,8 +77,9 @@ bool tbm_view_present(const struct tbm_views *views, const struct tbm_file_kind 
 const char *tbm_view_name(const struct tbm_file_kind *view);
 enum tbm_view_place tbm_view_place(const struct tbm_file_kind *view);
 
-/* True for views rendered whole when opened: a reader takes the content once
- * per open with tbm_view_render (tbm_view_read renders it again per call). */
+/* True for views rendered whole: an open takes the mount's one rendering
+ * of the file (rendered then, if it is not yet), and every read of the open
+ * file reads it. */
 bool tbm_view_rendered(const struct tbm_file_kind *view);
 
 /* True for views whose rendering can take seconds (the self-tests): their
@@ -96,51 +97,26 @@ bool tbm_view_ready(const struct tbm_views *views, const struct tbm_file_kind *v
  * the whole tensor. */
 bool tbm_views_stats_ready(const struct tbm_views *views, size_t t);
 
-/* Whether the view can be served: false for the views of a broken tensor
- * that validation found unsafe. Such a view has size 0 and its reads fail
- * with TBM_ERR_BROKEN. */
-bool tbm_view_servable(const struct tbm_views *views, const struct tbm_file_kind *view, size_t t);
-
-/* The size in bytes. */
+/* The size in bytes: 0 for a view that cannot be served (the views of a
+ * broken tensor that validation found unsafe), which tbm_file_open refuses. */
 int tbm_view_size(const struct tbm_views *views, const struct tbm_file_kind *view, size_t t,
                   uint64_t *size);
 
-/* Reads up to len bytes at off into buf; *got is short only at the end of
- * the file. Fails with TBM_ERR_BROKEN for a view that cannot be served,
- * TBM_ERR_IO when the source cannot be read. */
-int tbm_view_read(const struct tbm_views *views, const struct tbm_file_kind *view, size_t t,
-                  char *buf, uint64_t off, size_t len, size_t *got);
-
-/* The whole content of a rendered view, in a malloc'd buffer. */
-int tbm_view_render(const struct tbm_views *views, const struct tbm_file_kind *view, size_t t,
-                    char **out, size_t *len);
-
-/* Where bytes of a view lie in the source, for views that can be bytes of it
- * as stored: raw.tb, weights.bin, mask.bin, the dense views of unmasked
- * float32 tensors past the .npy header, and the data of unmasked tensors in
- * model.safetensors when the range lies within one of them. */
-struct tbm_source_range {
-    int fd;       /* -1 when the range is empty: off is at or past the end */
-    uint64_t pos; /* offset in fd */
-    size_t len;   /* short only at the end of the view */
-};
-
-/* Locates up to len bytes at off in the source, as tbm_file_read would
- * splice them. Returns 1 and fills out for such
- * bytes; 0 for bytes that are computed, or a source with no descriptor (read
- * them with tbm_view_read); TBM_ERR_BROKEN as tbm_view_read; TBM_ERR_IO when
- * the source no longer holds the range (it has shrunk since the mount). */
-int tbm_view_locate(const struct tbm_views *views, const struct tbm_file_kind *view, size_t t,
-                    uint64_t off, size_t len, struct tbm_source_range *out);
-
-/* An open file: a view of a tensor as one open descriptor reads it. Whether
- * the view can be served is decided once, here (TBM_ERR_BROKEN when not);
- * a rendered view's content is taken here too: rendered for this open, or
- * the one result of the mount for views rendered once. */
+/* An open file: a view of a tensor as one open descriptor reads it, and the
+ * one way its bytes are read. Whether the view can be served is decided
+ * once, here (TBM_ERR_BROKEN when not); a rendered view's content is taken
+ * here too (the mount's one result, rendered now if it is not yet). */
 struct tbm_file;
 int tbm_file_open(const struct tbm_views *views, const struct tbm_file_kind *view, size_t t,
                   struct tbm_file **out);
 void tbm_file_close(struct tbm_file *file);
+
+/* Bytes of a source's descriptor: len bytes at pos of fd. */
+struct tbm_source_range {
+    int fd;
+    uint64_t pos;
+    size_t len;
+};
 
 /* How the bytes of one read come back. */
 enum tbm_reply_kind {
@@ -154,18 +130,18 @@ struct tbm_reply {
     const char *data;
     size_t len;
     struct tbm_source_range range;
-    struct tbm_source *src; /* SPLICE: the source of range, for tbm_reply_check */
+    struct tbm_source *src; /* SPLICE: the source of range */
     struct tbm_source_hold held;
 };
 
 /* The one call of a read: up to len bytes at off, short only at the end of
  * the file. Bytes that lie as stored in a source come back as a range of its
- * descriptor when flags allow one (see tbm_reply_check), else held where the source keeps them
- * in memory; any other bytes are computed into buf (len bytes at least). A
- * reply's data stays valid until the file is closed or tbm_reply_done. Fails
- * with TBM_ERR_IO when the source cannot be read, TBM_ERR_CHANGED when it
- * changed since the mount, TBM_ERR_AGAIN (with TBM_READ_NOWAIT) when it
- * would wait for a remote source's transfer. */
+ * descriptor when flags allow one (see tbm_reply_check), else held where the
+ * source keeps them in memory; any other bytes are computed into buf (len
+ * bytes at least). A reply's data stays valid until the file is closed or
+ * tbm_reply_done. Fails with TBM_ERR_IO when the source cannot be read,
+ * TBM_ERR_CHANGED when it changed since the mount, TBM_ERR_AGAIN (with
+ * TBM_READ_NOWAIT) when it would wait for a remote source's transfer. */
 int tbm_file_read(struct tbm_file *file, uint64_t off, size_t len, char *buf, unsigned flags,
                   struct tbm_reply *out);
 
@@ -178,6 +154,13 @@ int tbm_file_read(struct tbm_file *file, uint64_t off, size_t len, char *buf, un
  * source's pages first and checks after, so that a change between the two
  * is never sent; the range is not checked by tbm_file_read. */
 int tbm_reply_check(const struct tbm_reply *reply);
+
+/* Makes a SPLICE reply a BYTES one: its range read into buf (the buffer
+ * given to tbm_file_read) and checked as any read is, for a caller that
+ * cannot splice it after all (a range too short to be worth it, a pipe that
+ * refused the pages). Fails as tbm_file_read does. */
+int tbm_reply_copy(struct tbm_reply *reply, char *buf);
+
 void tbm_reply_done(struct tbm_reply *reply);
 
 /* Extended attributes of tensor t's directory and of each of its files:

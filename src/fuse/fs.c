@@ -73,7 +73,7 @@ static void op_init(void *userdata, struct fuse_conn_info *conn)
     struct tbm_fs *fs = userdata;
 
     conn->max_read = fs->max_read;
-    /* Views that are bytes of the source (tbm_view_locate) are spliced from
+    /* Bytes of the source (a SPLICE reply of tbm_file_read) are spliced from
      * its page cache into the reply: one copy fewer, and no pinning of a
      * reply buffer page by page. Side by side on 2 cores (bench.sh, figure
      * 7), raw.tb read 27% faster, 44% with O_DIRECT. */
@@ -583,24 +583,26 @@ static ssize_t fill_pipe(struct splice_pipe *p, const struct tbm_source_range *r
     return (ssize_t)done;
 }
 
+/* As libfuse does: a reply of less than two pages is copied, not spliced,
+ * and costs less so. */
+#define SPLICE_MIN (2 * 4096)
+
 /* Replies with bytes of the source, spliced: the source's pages are taken
  * into a pipe first and the source checked after, so that a change made
  * before they were taken is never sent (one made between the check and the
  * kernel's copy to the reader still can be: the pipe holds the pages, not a
  * copy of them). Returns 0 once answered, the failure to answer with, or 1
- * when the bytes are better read (a small reply) or the pages could not be
- * taken (no pipe, or the pipe refused them). */
+ * when the bytes are better copied (a short range) or the pages could not
+ * be taken (no pipe, or the pipe refused them). */
 static int reply_splice(fuse_req_t req, const struct tbm_reply *reply)
 {
     const struct tbm_source_range *range = &reply->range;
-    struct splice_pipe *p = range->len < 2 * 4096 ? NULL : thread_pipe(range->len);
+    struct splice_pipe *p = range->len < SPLICE_MIN ? NULL : thread_pipe(range->len);
     struct fuse_bufvec bv = FUSE_BUFVEC_INIT(range->len);
     ssize_t got;
     int r, left = 0;
 
-    /* As libfuse does: a reply of less than two pages is copied, not
-     * spliced, and costs less so. */
-    if (range->len < 2 * 4096 || !p)
+    if (!p)
         return 1;
     got = fill_pipe(p, range);
     if (got < 0) {
@@ -636,12 +638,17 @@ static void reply_held(fuse_req_t req, const struct tbm_source_hold *h)
 
 /* One call into the views per read; what comes back says how to reply. A
  * rendered view's bytes are written from its result: the write copies them
- * before it returns, and the file's release cannot come before the reply. */
+ * before it returns, and the file's release cannot come before the reply.
+ * A request shorter than SPLICE_MIN does not ask for a range to splice; a
+ * range that cannot be spliced after all is copied (tbm_reply_copy). A read
+ * that would wait for a remote source's transfer is handed to the transfer
+ * threads, which answer it (out of memory for that, it fails). */
 void tbm_fs_read(const struct tbm_fs *fs, fuse_req_t req, fuse_ino_t ino,
                  const struct fuse_file_info *fi, size_t size, off_t off, bool may_wait)
 {
     struct tbm_file *file = (struct tbm_file *)(uintptr_t)fi->fh;
-    unsigned flags = (fs->splice ? TBM_READ_SPLICE : 0) | (may_wait ? 0 : TBM_READ_NOWAIT);
+    bool splice = fs->splice && size >= SPLICE_MIN;
+    unsigned flags = (splice ? TBM_READ_SPLICE : 0) | (may_wait ? 0 : TBM_READ_NOWAIT);
     struct tbm_reply reply;
     struct node n;
     char *buf = thread_buf(size);
@@ -651,15 +658,13 @@ void tbm_fs_read(const struct tbm_fs *fs, fuse_req_t req, fuse_ino_t ino,
         return;
     }
     int r = tbm_file_read(file, (uint64_t)off, size, buf, flags, &reply);
-    if (r == 0 && reply.kind == TBM_REPLY_SPLICE && (r = reply_splice(req, &reply)) == 0)
+    if (r == TBM_ERR_AGAIN && fs->transfers &&
+        tbm_deferred_push_read(fs->transfers, req, ino, fi, size, off))
         return;
-    if (r == 1)
-        r = tbm_file_read(file, (uint64_t)off, size, buf, flags & ~TBM_READ_SPLICE, &reply);
-    if (r == TBM_ERR_AGAIN) {
-        if (fs->transfers && tbm_deferred_push_read(fs->transfers, req, ino, fi, size, off))
-            return;
-        r = tbm_file_read(file, (uint64_t)off, size, buf, flags & ~TBM_READ_NOWAIT, &reply);
-    }
+    if (r == TBM_ERR_AGAIN)
+        r = TBM_ERR_NOMEM;
+    if (r == 0 && reply.kind == TBM_REPLY_SPLICE && (r = reply_splice(req, &reply)) == 1)
+        r = tbm_reply_copy(&reply, buf);
     if (r < 0) {
         if (decode_ino(fs, ino, &n))
             reply_failure(req, n.tensor, n.view, r);

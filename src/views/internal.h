@@ -49,7 +49,8 @@ enum tbm_view_bytes {
     TBM_BYTES_SOURCE,   /* a region of the tensor's source (or computed, where
                          * region gives NULL for the tensor) */
     TBM_BYTES_COMPUTED, /* any range computed on request by read */
-    TBM_BYTES_RENDERED, /* the whole content rendered once per open */
+    TBM_BYTES_RENDERED, /* the whole content rendered once per mount, when first
+                         * opened, and every open reading that result */
 };
 
 /* How a row's size is known. */
@@ -87,8 +88,7 @@ struct tbm_file_kind {
     void (*free)(struct tbm_views *v);
     int cache;      /* TBM_SIZE_CACHED: which of rendered_sizes, 0 or 1 */
     bool slow;      /* rendering can take seconds */
-    bool shared;    /* rendered once per mount, every open reading that result */
-    bool evictable; /* shared, and rendering again gives the same bytes: may be
+    bool evictable; /* rendering again gives the same bytes: the result may be
                      * dropped when the cache is full */
 };
 

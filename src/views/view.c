@@ -24,7 +24,6 @@ static const struct tbm_file_kind table[] = {
         .size = tbm_model_json_size,
         .render = tbm_model_json_render,
         .prepare = tbm_model_json_prepare,
-        .shared = true,
     },
     {
         .name = "selftest",
@@ -36,7 +35,6 @@ static const struct tbm_file_kind table[] = {
         .prepare = tbm_selftests_init,
         .free = tbm_selftests_free,
         .slow = true,
-        .shared = true,
     },
     {
         .name = "tensors.json",
@@ -45,7 +43,6 @@ static const struct tbm_file_kind table[] = {
         .size = tbm_tensors_json_size,
         .render = tbm_tensors_json_render,
         .prepare = tbm_tensors_json_prepare,
-        .shared = true,
     },
     {
         .name = "model.safetensors",
@@ -102,7 +99,6 @@ static const struct tbm_file_kind table[] = {
         .render = tbm_header_json_render,
         /* up to megabytes (a name or index entry may be that long): once
          * per mount, not per open descriptor */
-        .shared = true,
         .evictable = true,
     },
     {
@@ -144,7 +140,6 @@ static const struct tbm_file_kind table[] = {
         .size = tbm_selftest_size,
         .render = tbm_selftest_render,
         .slow = true,
-        .shared = true,
     },
     {
         .name = "stats.json",
@@ -154,7 +149,6 @@ static const struct tbm_file_kind table[] = {
         .render = tbm_stats_json_render,
         .servable = tbm_dense_servable,
         .slow = true,
-        .shared = true,
         .evictable = true,
     },
     {
@@ -165,7 +159,6 @@ static const struct tbm_file_kind table[] = {
         .render = tbm_mask_png_render,
         .servable = tbm_dense_servable,
         .slow = true,
-        .shared = true,
         .evictable = true,
     },
     {
@@ -176,7 +169,6 @@ static const struct tbm_file_kind table[] = {
         .render = tbm_weights_png_render,
         .servable = tbm_dense_servable,
         .slow = true,
-        .shared = true,
         .evictable = true,
     },
 };
@@ -323,7 +315,7 @@ bool tbm_view_slow(const struct tbm_file_kind *view)
 
 bool tbm_view_ready(const struct tbm_views *v, const struct tbm_file_kind *view, size_t t)
 {
-    return view->shared && tbm_results_ready(v, view, t);
+    return view->bytes == TBM_BYTES_RENDERED && tbm_results_ready(v, view, t);
 }
 
 /* The region of a source view for tensor t, or NULL when it is computed. */
@@ -334,7 +326,9 @@ region_of(const struct tbm_views *v, const struct tbm_file_kind *view, size_t t,
     return view->bytes == TBM_BYTES_SOURCE ? view->region(v, t, skip) : NULL;
 }
 
-bool tbm_view_servable(const struct tbm_views *v, const struct tbm_file_kind *view, size_t t)
+/* Whether the view can be served: not those of a broken tensor that
+ * validation found unsafe. */
+static bool servable(const struct tbm_views *v, const struct tbm_file_kind *view, size_t t)
 {
     uint64_t skip;
 
@@ -343,44 +337,6 @@ bool tbm_view_servable(const struct tbm_views *v, const struct tbm_file_kind *vi
     if (view->bytes != TBM_BYTES_SOURCE)
         return true;
     return v->model->tensors[t].header_sound && region_of(v, view, t, &skip)->ok;
-}
-
-/* The content of a rendered view for one open: the mount's one result of
- * views rendered once, else rendered for this open. */
-static int open_result(const struct tbm_views *v, const struct tbm_file_kind *view, size_t t,
-                       struct tbm_result **out)
-{
-    char *doc;
-    size_t len;
-
-    *out = NULL;
-    if (view->shared)
-        return tbm_results_get(v, view, t, out);
-    int r = view->render(v, t, &doc, &len);
-    if (r < 0)
-        return r;
-    *out = tbm_result_new(doc, len);
-    free(doc);
-    return *out ? 0 : TBM_ERR_NOMEM;
-}
-
-int tbm_view_render(const struct tbm_views *v, const struct tbm_file_kind *view, size_t t,
-                    char **out, size_t *len)
-{
-    struct tbm_result *res;
-    const char *data;
-
-    if (!view->shared)
-        return view->render(v, t, out, len);
-    int r = tbm_results_get(v, view, t, &res);
-    if (r < 0)
-        return r;
-    data = tbm_result_data(res, len);
-    *out = malloc(*len ? *len : 1);
-    if (*out)
-        memcpy(*out, data, *len);
-    tbm_result_put(res);
-    return *out ? 0 : TBM_ERR_NOMEM;
 }
 
 static int cached_size(const struct tbm_views *v, const struct tbm_file_kind *view, size_t t,
@@ -408,7 +364,7 @@ int tbm_view_size(const struct tbm_views *v, const struct tbm_file_kind *view, s
     uint64_t skip;
 
     *size = 0;
-    if (!tbm_view_servable(v, view, t))
+    if (!servable(v, view, t))
         return 0;
     switch (view->sizing) {
     case TBM_SIZE_CACHED:
@@ -436,44 +392,23 @@ static int read_region(const struct tbm_tensor *tensor, const struct tbm_region 
     return 0;
 }
 
-/* Reads computed or source bytes of a servable view into buf. */
+/* Reads computed or source bytes of a servable view into buf. Computed
+ * and source bytes serve this reply alone: the change is checked once,
+ * after all of them are read. */
 static int read_bytes(const struct tbm_views *v, const struct tbm_file_kind *view, size_t t,
                       char *buf, uint64_t off, size_t len, size_t *got)
 {
     uint64_t skip;
-    char *doc;
-    size_t doclen;
-    int r;
 
     *got = 0;
-    /* Computed and source bytes serve this reply alone: the change is
-     * checked once, after all of them are read. Rendered ones may be kept
-     * for the mount, so each of their reads is checked as it is made. */
-    if (view->read || view->bytes == TBM_BYTES_SOURCE) {
-        tbm_source_batch_begin();
-        r = view->read ? view->read(v, t, buf, off, len, got)
+    tbm_source_batch_begin();
+    int r = view->read ? view->read(v, t, buf, off, len, got)
                        : read_region(&v->model->tensors[t], region_of(v, view, t, &skip), buf, off,
                                      len, got);
-        r = tbm_source_batch_end(r);
-        if (r < 0)
-            *got = 0;
-        return r;
-    }
-    r = tbm_view_render(v, view, t, &doc, &doclen);
+    r = tbm_source_batch_end(r);
     if (r < 0)
-        return r;
-    tbm_copy_range(buf, off, len, doc, doclen, got);
-    free(doc);
-    return 0;
-}
-
-int tbm_view_read(const struct tbm_views *v, const struct tbm_file_kind *view, size_t t, char *buf,
-                  uint64_t off, size_t len, size_t *got)
-{
-    *got = 0;
-    if (!tbm_view_servable(v, view, t))
-        return TBM_ERR_BROKEN;
-    return read_bytes(v, view, t, buf, off, len, got);
+        *got = 0;
+    return r;
 }
 
 /* 1 while range (of src's descriptor) is still inside the source; else
@@ -514,23 +449,6 @@ static int span_of(const struct tbm_views *v, const struct tbm_file_kind *view, 
     return 1;
 }
 
-int tbm_view_locate(const struct tbm_views *v, const struct tbm_file_kind *view, size_t t,
-                    uint64_t off, size_t len, struct tbm_source_range *out)
-{
-    struct tbm_span sp;
-
-    *out = (struct tbm_source_range){.fd = -1};
-    if (!tbm_view_servable(v, view, t))
-        return TBM_ERR_BROKEN;
-    int r = span_of(v, view, t, off, len, &sp);
-    if (r <= 0 || sp.len == 0)
-        return r;
-    if (sp.src->fd < 0)
-        return 0;
-    *out = (struct tbm_source_range){.fd = sp.src->fd, .pos = sp.pos, .len = sp.len};
-    return still_inside(sp.src, out);
-}
-
 struct tbm_file {
     const struct tbm_views *v;
     const struct tbm_file_kind *view;
@@ -544,13 +462,13 @@ int tbm_file_open(const struct tbm_views *v, const struct tbm_file_kind *view, s
     struct tbm_file *f;
 
     *out = NULL;
-    if (!tbm_view_servable(v, view, t))
+    if (!servable(v, view, t))
         return TBM_ERR_BROKEN;
     if (!(f = calloc(1, sizeof(*f))))
         return TBM_ERR_NOMEM;
     *f = (struct tbm_file){.v = v, .view = view, .t = t};
     if (view->bytes == TBM_BYTES_RENDERED) {
-        int r = open_result(v, view, t, &f->result);
+        int r = tbm_results_get(v, view, t, &f->result);
         if (r < 0) {
             free(f);
             return r;
@@ -630,6 +548,16 @@ int tbm_reply_check(const struct tbm_reply *reply)
     int r = still_inside(reply->src, &reply->range);
 
     return r < 0 ? r : 0;
+}
+
+int tbm_reply_copy(struct tbm_reply *reply, char *buf)
+{
+    assert(reply->kind == TBM_REPLY_SPLICE);
+    int r = tbm_source_read_full(reply->src, buf, reply->range.len, reply->range.pos);
+    if (r < 0)
+        return r;
+    *reply = (struct tbm_reply){.kind = TBM_REPLY_BYTES, .data = buf, .len = reply->range.len};
+    return 0;
 }
 
 void tbm_reply_done(struct tbm_reply *reply)

@@ -1,6 +1,8 @@
 /* libFuzzer target over the whole source-opening path: each input becomes a
  * .tbm container (and, as its first byte selects, a bare .tb and a manifest
- * directory) that is opened, validated and read through every view. */
+ * directory) that is opened, validated and read through every view by the
+ * daemon's door (tests/common/door.h): as bytes, as ranges to splice and as
+ * pieces a source holds, each checked against the others. */
 #include "fuzz_target.h"
 
 #include <fcntl.h>
@@ -12,6 +14,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "common/door.h"
 #include "format/table.h"
 #include "tbm/names.h"
 #include "tbm/view.h"
@@ -50,6 +53,7 @@
 #define DENSE_STEP           65536         /* dense.c's elements per expansion step */
 #define STATS_MAX_WEIGHTS    (1u << 14)    /* larger tensors skip the count check */
 #define GROW_SIZE            (640u << 10)  /* a grown bare .tb, see MODE_GROW */
+#define HOLD_BLOCK           4096          /* bytes a block of the holding source */
 
 /* Path buffers, each long enough for what is built in it from the one before. */
 #define DIR_LEN  224
@@ -254,63 +258,64 @@ static enum tbm_isa pick_isa(unsigned mode)
     return isa <= best && tbm_isa_supported(isa) ? isa : best;
 }
 
-/* Where tbm_view_locate puts bytes that tbm_view_read gave (got of them in
- * bufa), the source must hold those very bytes. */
-static void check_located(const struct tbm_views *v, const struct tbm_file_kind *kind, size_t t,
-                          uint64_t off, size_t len, size_t got)
-{
-    struct tbm_source_range src;
-    int r = tbm_view_locate(v, kind, t, off, len, &src);
-
-    CHECK(r == 0 || r == 1);
-    if (r == 0)
-        return;
-    CHECK(src.fd >= 0 ? src.len == got : got == 0);
-    if (src.fd >= 0)
-        CHECK(pread(src.fd, bufb, src.len, (off_t)src.pos) == (ssize_t)src.len &&
-              memcmp(bufa, bufb, src.len) == 0);
-}
-
-/* Reads len bytes at off and checks the count against the view's size, and
- * the bytes against the source where the view says they lie; a successful
- * read is repeated in two parts split at split, into a buffer shifted by one
- * byte, and must give the same bytes. */
-static int read_checked(const struct tbm_views *v, const struct tbm_file_kind *kind, size_t t,
-                        uint64_t size, uint64_t off, size_t len, size_t split)
+/* Reads len bytes at off of f as bytes and checks the count against the
+ * file's size; where the bytes lie in the source, read as a range to splice
+ * and as held pieces too, they must be the same bytes. A successful read is
+ * repeated in two parts split at split, into a buffer shifted by one byte,
+ * and must give the same bytes. */
+static int read_checked(struct tbm_file *f, uint64_t size, uint64_t off, size_t len, size_t split)
 {
     size_t got, got1, got2;
     char *b = bufb + 1;
-    int r = tbm_view_read(v, kind, t, bufa, off, len, &got);
+    int r = door_read(f, off, len, bufa, DOOR_BYTES, &got, NULL);
 
     if (r < 0)
         return r;
     uint64_t left = off < size ? size - off : 0;
     CHECK(got == (left < len ? left : len));
-    check_located(v, kind, t, off, len, got);
+    for (int mode = DOOR_SPLICE; mode <= DOOR_HELD; mode++) {
+        CHECK(door_read(f, off, len, b, (enum door_mode)mode, &got1, NULL) == 0);
+        CHECK(got1 == got && memcmp(bufa, b, got) == 0);
+    }
     if (split == 0 || split >= len)
         return 0;
-    CHECK(tbm_view_read(v, kind, t, b, off, split, &got1) == 0);
-    CHECK(tbm_view_read(v, kind, t, b + got1, off + split, len - split, &got2) == 0);
+    CHECK(door_read(f, off, split, b, DOOR_BYTES, &got1, NULL) == 0);
+    CHECK(door_read(f, off + split, len - split, b + got1, DOOR_HELD, &got2, NULL) == 0);
     CHECK(got1 + got2 == got && memcmp(bufa, b, got) == 0);
     return 0;
 }
 
-/* A view is servable exactly when its reads succeed, and a tensor without
- * problems serves every view; an unservable view has size 0. */
+/* Whether a view opens: it can be served. */
+static bool servable(const struct tbm_views *v, const struct tbm_file_kind *kind, size_t t)
+{
+    struct tbm_file *f;
+    int r = tbm_file_open(v, kind, t, &f);
+
+    CHECK(r == 0 || r == TBM_ERR_BROKEN);
+    tbm_file_close(f);
+    return r == 0;
+}
+
+/* A view opens exactly when its reads succeed, and a tensor without
+ * problems serves every view; a view that does not open has size 0. */
 static void probe_view(const struct tbm_views *v, const struct tbm_file_kind *kind, size_t t,
                        bool sound)
 {
-    bool servable = tbm_view_servable(v, kind, t);
+    struct tbm_file *f;
     uint64_t size;
+    int r = tbm_file_open(v, kind, t, &f);
 
-    CHECK(servable || !sound);
-    CHECK(tbm_view_size(v, kind, t, &size) == 0 && (servable || size == 0));
-    int r = read_checked(v, kind, t, size, 0, HEAD_READ, 1027);
-    CHECK(servable ? r == 0 : r == TBM_ERR_BROKEN);
-    read_checked(v, kind, t, size, size / 2 | 1, PROBE, 13);
-    read_checked(v, kind, t, size, size >= 37 ? size - 37 : 0, PROBE, 29);
-    read_checked(v, kind, t, size, size, 8, 0);
-    read_checked(v, kind, t, size, UINT64_MAX - 3, 8, 0);
+    CHECK(r == 0 || r == TBM_ERR_BROKEN);
+    CHECK(r == 0 || !sound);
+    CHECK(tbm_view_size(v, kind, t, &size) == 0 && (r == 0 || size == 0));
+    if (r < 0)
+        return;
+    CHECK(read_checked(f, size, 0, HEAD_READ, 1027) == 0);
+    read_checked(f, size, size / 2 | 1, PROBE, 13);
+    read_checked(f, size, size >= 37 ? size - 37 : 0, PROBE, 29);
+    read_checked(f, size, size, 8, 0);
+    read_checked(f, size, UINT64_MAX - 3, 8, 0);
+    tbm_file_close(f);
 }
 
 /* dense.npy is an NPY 1.0 header padded to 64 bytes, then dense.f32. */
@@ -321,26 +326,31 @@ static void check_npy(const struct tbm_views *v, size_t t)
     char nl;
     size_t got, k;
 
-    if (!tbm_view_servable(v, VIEW(TENSOR, "dense.npy"), t))
+    if (!servable(v, VIEW(TENSOR, "dense.npy"), t))
         return;
-    CHECK(tbm_view_servable(v, VIEW(TENSOR, "dense.f32"), t));
+    CHECK(servable(v, VIEW(TENSOR, "dense.f32"), t));
     CHECK(tbm_view_size(v, VIEW(TENSOR, "dense.f32"), t, &fsize) == 0);
     CHECK(tbm_view_size(v, VIEW(TENSOR, "dense.npy"), t, &nsize) == 0);
     CHECK(nsize > fsize && (nsize - fsize) % 64 == 0 && nsize - fsize <= 10 + 65535);
     uint64_t hlen = nsize - fsize;
-    CHECK(tbm_view_read(v, VIEW(TENSOR, "dense.npy"), t, (char *)head, 0, 10, &got) == 0 &&
+    CHECK(door_read_view(v, VIEW(TENSOR, "dense.npy"), t, 0, 10, (char *)head, DOOR_BYTES, &got) ==
+              0 &&
           got == 10);
     CHECK(memcmp(head, "\x93NUMPY\x01\x00", 8) == 0);
     CHECK((uint64_t)(head[8] | head[9] << 8) + 10 == hlen);
-    CHECK(tbm_view_read(v, VIEW(TENSOR, "dense.npy"), t, &nl, hlen - 1, 1, &got) == 0 && got == 1);
+    CHECK(door_read_view(v, VIEW(TENSOR, "dense.npy"), t, hlen - 1, 1, &nl, DOOR_BYTES, &got) ==
+              0 &&
+          got == 1);
     CHECK(nl == '\n');
 
     k = fsize < PROBE ? (size_t)fsize : PROBE;
     if (k == 0)
         return;
-    CHECK(tbm_view_read(v, VIEW(TENSOR, "dense.f32"), t, bufa, fsize - k, k, &got) == 0 &&
+    CHECK(door_read_view(v, VIEW(TENSOR, "dense.f32"), t, fsize - k, k, bufa, DOOR_BYTES, &got) ==
+              0 &&
           got == k);
-    CHECK(tbm_view_read(v, VIEW(TENSOR, "dense.npy"), t, bufb, nsize - k, k, &got) == 0 &&
+    CHECK(door_read_view(v, VIEW(TENSOR, "dense.npy"), t, nsize - k, k, bufb, DOOR_SPLICE, &got) ==
+              0 &&
           got == k);
     CHECK(memcmp(bufa, bufb, k) == 0);
 }
@@ -353,7 +363,7 @@ static char *read_range(const struct tbm_views *v, const struct tbm_file_kind *k
     size_t got;
 
     CHECK(buf != NULL);
-    CHECK(tbm_view_read(v, kind, t, buf, off, len, &got) == 0 && got == len);
+    CHECK(door_read_view(v, kind, t, off, len, buf, DOOR_BYTES, &got) == 0 && got == len);
     return buf;
 }
 
@@ -472,7 +482,8 @@ static void check_dense_range(const struct tbm_views *v, const struct tbm_tensor
 
     CHECK(mem != NULL);
     load_payload(v, t, i, first, count, &p);
-    CHECK(tbm_view_read(v, VIEW(TENSOR, "dense.f32"), i, dense, first * 4, count * 4, &got) == 0 &&
+    CHECK(door_read_view(v, VIEW(TENSOR, "dense.f32"), i, first * 4, count * 4, dense, DOOR_BYTES,
+                         &got) == 0 &&
           got == count * 4);
     for (uint64_t k = first; k < first + count; k++) {
         uint32_t want = kept_bit(&p, k) ? expected_f32(t->hdr.precision, stored_bits(&p, k)) : 0;
@@ -523,7 +534,7 @@ static void check_payload(const struct tbm_views *v, const struct tbm_model *m,
 {
     uint64_t nw = t->hdr.num_weights, size;
 
-    if (!tbm_view_servable(v, VIEW(TENSOR, "dense.f32"), i) || nw == 0)
+    if (!servable(v, VIEW(TENSOR, "dense.f32"), i) || nw == 0)
         return;
     CHECK(tbm_view_size(v, VIEW(TENSOR, "weights.bin"), i, &size) == 0 &&
           size == nw * tbm_precision_size(t->hdr.precision));
@@ -634,11 +645,11 @@ static void check_selftest(const struct tbm_views *v, size_t t)
     static const char *const keys[] = {"name",           "rows",          "cols",      "nm",
                                        "batch",          "max_abs_err",   "tolerance", "pass",
                                        "sparse_seconds", "dense_seconds", "speedup",   NULL};
-    char *out;
-    size_t len;
+    uint64_t size;
 
-    CHECK(tbm_view_render(v, VIEW(TENSOR, "selftest"), t, &out, &len) == 0);
-    struct json_object *o = parse_document(out, len);
+    CHECK(tbm_view_size(v, VIEW(TENSOR, "selftest"), t, &size) == 0);
+    char *out = read_range(v, VIEW(TENSOR, "selftest"), t, 0, size);
+    struct json_object *o = parse_document(out, (size_t)size);
     CHECK(has_keys(o, keys));
     json_object_put(o);
     free(out);
@@ -659,8 +670,11 @@ static void check_dirs(const struct tbm_model *m)
 
 static void exercise_views(const struct tbm_views *v, const struct tbm_model *m)
 {
-    probe_view(v, VIEW(ROOT, "index.json"), 0, true);
-    probe_view(v, VIEW(ROOT, "model.json"), 0, true);
+    for (size_t k = 0; k < tbm_view_count(TBM_VIEW_ROOT); k++) {
+        const struct tbm_file_kind *row = tbm_view_at(TBM_VIEW_ROOT, k);
+        if (tbm_view_present(v, row) && !tbm_view_slow(row))
+            probe_view(v, row, 0, true);
+    }
     check_model_json(v, m);
     if (m->kind == TBM_SOURCE_BLOB)
         json_object_put(read_document(v, VIEW(ROOT, "index.json"), 0));
@@ -689,8 +703,10 @@ static void exercise_source(const char *path, const struct tbm_open_options *opt
         return;
     }
     check_dirs(m);
+    door_hold_model(m, HOLD_BLOCK);
     CHECK(tbm_views_open(m, NULL, &v) == 0);
     exercise_views(v, m);
+    CHECK(door_holds_outstanding() == 0);
     tbm_views_close(v);
     tbm_model_close(m);
 }

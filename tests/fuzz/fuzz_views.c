@@ -1,9 +1,11 @@
 /* libFuzzer target that opens a model from arbitrary bytes and reads random
- * ranges of every view of it. Each input is written over one file in memory
- * (tmpfs), kept open for the whole run: no file is made per input. It has
- * no reference of its own (fuzz_source checks the bytes); its oracle is the
- * sanitizers and the views' own promises (a read within the size it gave
- * returns that many bytes). */
+ * ranges of every view of it through the daemon's door (tests/common/door.h).
+ * Each input is written over one file in memory (tmpfs), kept open for the
+ * whole run: no file is made per input. It has no reference of its own
+ * (fuzz_source checks the bytes); its oracle is the sanitizers and the
+ * views' own promises: a read within the size it gave returns that many
+ * bytes, and the same bytes whether they come computed, as a range to
+ * splice or as pieces the source holds. */
 #include "fuzz_target.h"
 
 #include <fcntl.h>
@@ -13,16 +15,19 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "common/door.h"
 #include "tbm/model.h"
+#include "tbm/names.h"
 #include "tbm/view.h"
 
-/* Input layout: byte 0 the mode, bytes 1..8 the seed of the reads, the rest
- * the file.
+/* Input layout, that of fuzz_source's corpus (tests/fuzz/corpus): byte 0
+ * the mode, the rest the file; the reads' seed is a hash of the input.
  *   bit 0  open it as a bare .tb, not a .tbm container
- *   bit 1  strict open */
+ *   bit 3  strict open
+ * (fuzz_source's other bits mean nothing here.) */
 #define MODE_BLOB   0x01u
-#define MODE_STRICT 0x02u
-#define HEAD        9
+#define MODE_STRICT 0x08u
+#define HEAD        1
 
 #define MAX_TENSORS 16          /* tensors whose views are read */
 #define READS       4           /* random ranges per view */
@@ -40,7 +45,7 @@ static void check_failed(const char *cond, int line)
 
 static char dir[256], tbm_path[300], tb_path[300];
 static int fd = -1;
-static char buf[READ_MAX];
+static char buf[READ_MAX], again[READ_MAX];
 
 /* One directory on tmpfs for the run: the file, and a link named .tb to it. */
 static void setup(void)
@@ -77,29 +82,37 @@ static uint64_t splitmix64(uint64_t *s)
 }
 
 /* READS ranges of view for tensor t: at the start, at the end, and at
- * random offsets; each within the size gives exactly its bytes. */
+ * random offsets; each within the size gives exactly its bytes, read as
+ * bytes and again as the seed picks (a range to splice, held pieces). A view
+ * that does not open (cannot be served) has size 0. */
 static void read_view(const struct tbm_views *v, const struct tbm_file_kind *view, size_t t,
                       uint64_t *seed)
 {
+    struct tbm_file *f;
     uint64_t size;
-    size_t got;
+    size_t got, got2;
 
     if (!tbm_view_present(v, view) || tbm_view_slow(view) || tbm_view_size(v, view, t, &size) < 0)
         return;
-    bool servable = tbm_view_servable(v, view, t);
+    int st = tbm_file_open(v, view, t, &f);
+    CHECK(st == 0 || (st == TBM_ERR_BROKEN && size == 0) || st == TBM_ERR_NOMEM);
+    if (st < 0)
+        return;
     for (int k = 0; k < READS; k++) {
         uint64_t r = splitmix64(seed);
         uint64_t off = k == 0 ? 0 : k == 1 ? (size > 7 ? size - 7 : 0) : size ? r % size : 0;
         size_t len = (size_t)(splitmix64(seed) % READ_MAX) + 1;
-        int st = tbm_view_read(v, view, t, buf, off, len, &got);
-        if (!servable) {
-            CHECK(st < 0);
-            return;
-        }
+        enum door_mode mode = (enum door_mode)(1 + splitmix64(seed) % 2);
+        st = door_read(f, off, len, buf, DOOR_BYTES, &got, NULL);
         uint64_t want = off < size ? (size - off < len ? size - off : len) : 0;
         /* a read can fail (a view the source cannot give), never give more */
         CHECK(st < 0 || got == want);
+        if (st == 0) {
+            CHECK(door_read(f, off, len, again, mode, &got2, NULL) == 0);
+            CHECK(got2 == got && memcmp(buf, again, got) == 0);
+        }
     }
+    tbm_file_close(f);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
@@ -113,12 +126,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (size < HEAD)
         return 0;
     setup();
-    memcpy(&seed, data + 1, 8);
+    seed = tbm_fnv1a64(data, size);
     opts.strict = (data[0] & MODE_STRICT) != 0;
     CHECK(ftruncate(fd, 0) == 0);
     CHECK(pwrite(fd, data + HEAD, size - HEAD, 0) == (ssize_t)(size - HEAD));
     if (tbm_model_open(data[0] & MODE_BLOB ? tb_path : tbm_path, &opts, &m, err, sizeof(err)) < 0)
         return 0;
+    /* blocks of 4 KiB to 64 KiB: a range is held in one or two, or read */
+    door_hold_model(m, (size_t)4096 << (seed % 5));
     CHECK(tbm_views_open(m, NULL, &v) == 0);
     for (size_t k = 0; k < tbm_view_count(TBM_VIEW_ROOT); k++)
         read_view(v, tbm_view_at(TBM_VIEW_ROOT, k), 0, &seed);
@@ -126,6 +141,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     for (size_t t = 0; t < n && t < MAX_TENSORS; t++)
         for (size_t k = 0; k < tbm_view_count(TBM_VIEW_TENSOR); k++)
             read_view(v, tbm_view_at(TBM_VIEW_TENSOR, k), t, &seed);
+    CHECK(door_holds_outstanding() == 0);
     tbm_views_close(v);
     tbm_model_close(m);
     return 0;

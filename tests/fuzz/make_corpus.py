@@ -58,6 +58,10 @@ def sound_seeds():
     yield "c-specials", raw(0, g.container(
         [g.special_tensor("f32", "fp32", (2, 4)), g.special_tensor("f64", "fp64"),
          g.special_tensor("f16", "fp16", (1, 2))]).data)
+    # A llama model that has the GGUF files, rows permuted and masked.
+    tensors, config = g.llama_tensors(44, layers=1, hidden=32, heads=2, kv_heads=1,
+                                      intermediate=32, vocab=32)
+    yield "c-llama-gguf", raw(0, g.container(tensors, "llama", config).data)
     yield "c-shape-mismatch-empty", raw(0, g.container(
         [t("s", [4, 8], index={"shape": [5, 7]}), t("empty", [0], "fp16", (2, 4), 9),
          t("zero-rows", [0, 5], "fp32", (0, 0), 10)]).data)
