@@ -1,8 +1,9 @@
-/* Views: the virtual files of a mounted model, as one table. Each row is a
- * file kind (its name, where it lives, how its bytes come and how its size
- * is known) with a size known up front and a read of any byte range that
- * computes only that range. The FUSE layer builds the tree from this API
- * alone. */
+/* Views: the virtual files of a mounted model, as one table. Each row of
+ * the table is a file of the tree (its name, where it lives, how its bytes
+ * come and how its size is known), for the root or for every tensor, with a
+ * size known up front and a read of any byte range that computes only that
+ * range. The FUSE layer builds the tree from this API alone and reads every
+ * file through one call (tbm_file_read). */
 #ifndef TBM_VIEW_H
 #define TBM_VIEW_H
 
@@ -13,21 +14,20 @@
 
 #include "tbm/model.h"
 
-/* A model's views: the model and what is rendered once for it. */
+/* A model's views: the model and what is kept for it while it is mounted. */
 struct tbm_views;
 
-/* One row of the table: a kind of file (dense.f32, model.json, ...), not
- * to be taken for the views of a model above. */
-struct tbm_file_kind;
+/* One row of the table: a file of the tree (dense.f32, model.json, ...). */
+struct tbm_row;
 
-/* Where a file kind lives: the mount's root, or each tensors/<dir>/. */
-enum tbm_view_place {
-    TBM_VIEW_ROOT,
-    TBM_VIEW_TENSOR,
+/* Where a row's file lives: the mount's root, or each tensors/<dir>/. */
+enum tbm_row_place {
+    TBM_ROW_ROOT,
+    TBM_ROW_TENSOR,
 };
 
 /* How the views behave; zeroed fields take their defaults. */
-struct tbm_view_options {
+struct tbm_views_options {
     uint32_t selftest_batch; /* columns of the self-test's X, 1..TBM_BATCH_MAX; 0: 8 */
 };
 
@@ -36,7 +36,7 @@ struct tbm_view_options {
 
 /* Prepares the views of an opened model (which must outlive them); opts may
  * be NULL for the defaults. */
-int tbm_views_open(const struct tbm_model *model, const struct tbm_view_options *opts,
+int tbm_views_open(const struct tbm_model *model, const struct tbm_views_options *opts,
                    struct tbm_views **out);
 void tbm_views_close(struct tbm_views *views);
 
@@ -60,54 +60,64 @@ void tbm_views_source_name(const struct tbm_views *views, size_t t, char *buf, s
  * place: then buf says how ("size 100 -> 80"), for the one log line. */
 bool tbm_views_change_report(const struct tbm_views *views, size_t t, char *buf, size_t len);
 
-/* A watch over the model's local files (tbm_model_watch_open). */
-int tbm_views_watch_open(const struct tbm_views *views, struct tbm_watch **out);
+/* A watch over the model's local files (inotify), so that a change to one
+ * is known as it happens rather than at the next read of it: the container
+ * or bare blob, or a manifest's directory. TBM_ERR_SOURCE when there is
+ * nothing local to watch (a URL) or the system refuses one. */
+struct tbm_views_watch;
+int tbm_views_watch_open(const struct tbm_views *views, struct tbm_views_watch **out);
+/* A descriptor that polls readable when events wait. */
+int tbm_views_watch_fd(const struct tbm_views_watch *watch);
+/* Reads the events that wait and checks the sources they name; returns how
+ * many of those are found changed now. */
+size_t tbm_views_watch_read(struct tbm_views_watch *watch);
+void tbm_views_watch_close(struct tbm_views_watch *watch);
 
-/* The rows of a place, in listing order; i < tbm_view_count(place). */
-size_t tbm_view_count(enum tbm_view_place place);
-const struct tbm_file_kind *tbm_view_at(enum tbm_view_place place, size_t i);
+/* The rows of a place, in listing order; i < tbm_row_count(place). */
+size_t tbm_row_count(enum tbm_row_place place);
+const struct tbm_row *tbm_row_at(enum tbm_row_place place, size_t i);
 /* The row of a place named name, or NULL. */
-const struct tbm_file_kind *tbm_view_find(enum tbm_view_place place, const char *name);
+const struct tbm_row *tbm_row_find(enum tbm_row_place place, const char *name);
 
 /* Whether the model has a root row's file (config.json only for the
  * architectures it knows); every other row is always there. */
-bool tbm_view_present(const struct tbm_views *views, const struct tbm_file_kind *view);
+bool tbm_row_present(const struct tbm_views *views, const struct tbm_row *row);
 
 /* The file name of a row, e.g. "dense.f32", and where it lives. */
-const char *tbm_view_name(const struct tbm_file_kind *view);
-enum tbm_view_place tbm_view_place(const struct tbm_file_kind *view);
+const char *tbm_row_name(const struct tbm_row *row);
+enum tbm_row_place tbm_row_place(const struct tbm_row *row);
 
-/* True for views rendered whole: an open takes the mount's one rendering
- * of the file (rendered then, if it is not yet), and every read of the open
+/* True for rows rendered whole: an open takes the mount's one rendering of
+ * the file (rendered then, if it is not yet), and every read of the open
  * file reads it. */
-bool tbm_view_rendered(const struct tbm_file_kind *view);
+bool tbm_row_rendered(const struct tbm_row *row);
 
-/* True for views whose rendering can take seconds (the self-tests): their
+/* True for rows whose rendering can take seconds (the self-tests): their
  * opens are best answered away from the threads that serve everything else. */
-bool tbm_view_slow(const struct tbm_file_kind *view);
+bool tbm_row_slow(const struct tbm_row *row);
 
-/* In what follows, t is the tensor (ignored for root files). */
+/* In what follows, t is the tensor (ignored for root rows). */
 
-/* Whether the view is rendered once per mount and that render is done, so
- * that an open is answered at once: cheap, one lookup, never renders. */
-bool tbm_view_ready(const struct tbm_views *views, const struct tbm_file_kind *view, size_t t);
+/* Whether the row is rendered and its file for tensor t is, so that an open
+ * is answered at once: cheap, one lookup, never renders. */
+bool tbm_row_ready(const struct tbm_views *views, const struct tbm_row *row, size_t t);
 
 /* Whether tensor t's statistics are computed, so that what needs them
  * (user.tbm.density, header.json) is answered at once; computing them reads
  * the whole tensor. */
 bool tbm_views_stats_ready(const struct tbm_views *views, size_t t);
 
-/* The size in bytes: 0 for a view that cannot be served (the views of a
- * broken tensor that validation found unsafe), which tbm_file_open refuses. */
-int tbm_view_size(const struct tbm_views *views, const struct tbm_file_kind *view, size_t t,
-                  uint64_t *size);
+/* The size in bytes: 0 for a file that cannot be served (those of a broken
+ * tensor that validation found unsafe), which tbm_file_open refuses. */
+int tbm_row_size(const struct tbm_views *views, const struct tbm_row *row, size_t t,
+                 uint64_t *size);
 
-/* An open file: a view of a tensor as one open descriptor reads it, and the
- * one way its bytes are read. Whether the view can be served is decided
- * once, here (TBM_ERR_BROKEN when not); a rendered view's content is taken
+/* An open file: a row's file of tensor t as one open descriptor reads it,
+ * and the one way its bytes are read. Whether it can be served is decided
+ * once, here (TBM_ERR_BROKEN when not); a rendered row's content is taken
  * here too (the mount's one result, rendered now if it is not yet). */
 struct tbm_file;
-int tbm_file_open(const struct tbm_views *views, const struct tbm_file_kind *view, size_t t,
+int tbm_file_open(const struct tbm_views *views, const struct tbm_row *row, size_t t,
                   struct tbm_file **out);
 void tbm_file_close(struct tbm_file *file);
 

@@ -253,7 +253,7 @@ int tbm_mount_run(const struct tbm_cli *cli, struct fuse_args *args)
 {
     struct tbm_http_options http = tbm_cli_http_options(cli);
     struct tbm_open_options open_opts = {.strict = cli->strict, .http = &http};
-    struct tbm_view_options view_opts = {.selftest_batch = cli->batch};
+    struct tbm_views_options view_opts = {.selftest_batch = cli->batch};
     struct tbm_model *model = NULL;
     struct tbm_views *views = NULL;
     struct tbm_fs *fs = NULL;

@@ -173,6 +173,13 @@ const struct tbm_tensor_stats *tbm_tensor_stats(const struct tbm_model *m, size_
     return tbm_tensor_stats_get(m, t, &st) < 0 ? NULL : st;
 }
 
+double tbm_tensor_density(const struct tbm_tensor *t, const struct tbm_tensor_stats *st)
+{
+    uint64_t nw = t->hdr.num_weights;
+
+    return nw ? (double)st->counts.kept / (double)nw : 0;
+}
+
 static int stats_span(struct tbm_opener *o, size_t begin, size_t end)
 {
     const struct tbm_tensor_stats *st;

@@ -136,6 +136,10 @@ int tbm_tensor_stats_get(const struct tbm_model *model, size_t t,
 /* The same, NULL on a failure. */
 const struct tbm_tensor_stats *tbm_tensor_stats(const struct tbm_model *model, size_t t);
 
+/* The density of tensor t whose statistics st are known: its kept elements
+ * over its num_weights (0 for a tensor of none). */
+double tbm_tensor_density(const struct tbm_tensor *t, const struct tbm_tensor_stats *st);
+
 /* Whether t's statistics are computed, so that tbm_tensor_stats returns at
  * once. */
 bool tbm_tensor_stats_ready(const struct tbm_model *model, size_t t);

@@ -17,12 +17,12 @@ enum job_kind { JOB_OPEN, JOB_XATTR, JOB_READ };
 struct job {
     enum job_kind kind;
     fuse_req_t req;
-    struct fuse_file_info fi;         /* an open's, a read's */
-    const struct tbm_file_kind *view; /* an open's */
-    size_t t;                         /* an open's, an extended attribute's */
-    char *name;                       /* getxattr's name; NULL: listxattr */
-    size_t size;                      /* an extended attribute's, a read's */
-    fuse_ino_t ino;                   /* a read's */
+    struct fuse_file_info fi;  /* an open's, a read's */
+    const struct tbm_row *row; /* an open's */
+    size_t t;                  /* an open's, an extended attribute's */
+    char *name;                /* getxattr's name; NULL: listxattr */
+    size_t size;               /* an extended attribute's, a read's */
+    fuse_ino_t ino;            /* a read's */
     off_t off;
     uint64_t arrival; /* breaks ties between users never served */
     struct job *next;
@@ -128,7 +128,7 @@ static void *run(void *arg)
         if (fuse_req_interrupted(j->req))
             fuse_reply_err(j->req, EINTR);
         else if (j->kind == JOB_OPEN)
-            tbm_fs_open_file(d->fs, j->req, &j->fi, j->view, j->t);
+            tbm_fs_open_file(d->fs, j->req, &j->fi, j->row, j->t);
         else if (j->kind == JOB_XATTR)
             tbm_fs_reply_xattr(d->fs, j->req, j->t, j->name, j->size);
         else
@@ -246,13 +246,13 @@ static bool push(struct tbm_deferred *d, struct job *j)
 }
 
 bool tbm_deferred_push(struct tbm_deferred *d, fuse_req_t req, const struct fuse_file_info *fi,
-                       const struct tbm_file_kind *view, size_t t)
+                       const struct tbm_row *row, size_t t)
 {
     struct job *j = malloc(sizeof(*j));
 
     if (!j)
         return false;
-    *j = (struct job){.kind = JOB_OPEN, .req = req, .fi = *fi, .view = view, .t = t};
+    *j = (struct job){.kind = JOB_OPEN, .req = req, .fi = *fi, .row = row, .t = t};
     if (push(d, j))
         return true;
     free_job(j);

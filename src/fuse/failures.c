@@ -1,5 +1,5 @@
 /* Failures explained: every read or open that fails with EIO is logged
- * once per tensor, view and reason (through the message channel), and a source found changed in
+ * once per tensor, row and reason (through the message channel), and a source found changed in
  * place is logged once and has the kernel's cached pages of the mount dropped, so that no reader
  * mixes the old bytes it cached with the EIO that follows. */
 #include "fs.h"
@@ -9,17 +9,17 @@
 #include "tbm/log.h"
 
 /* Whether this failure is new; remembers it. */
-static bool first_time(struct tbm_fs *fs, long tensor, const struct tbm_file_kind *view, int status)
+static bool first_time(struct tbm_fs *fs, long tensor, const struct tbm_row *row, int status)
 {
     struct tbm_fs_failures *f = &fs->failures;
     bool fresh = true;
 
     pthread_mutex_lock(&f->lock);
     for (size_t i = 0; i < f->n && i < TBM_FS_LOGGED_MAX && fresh; i++)
-        fresh = !(f->seen[i].tensor == tensor && f->seen[i].view == view &&
-                  f->seen[i].status == status);
+        fresh =
+            !(f->seen[i].tensor == tensor && f->seen[i].row == row && f->seen[i].status == status);
     if (fresh && f->n < TBM_FS_LOGGED_MAX)
-        f->seen[f->n++] = (struct tbm_fs_failure){tensor, view, status};
+        f->seen[f->n++] = (struct tbm_fs_failure){tensor, row, status};
     else if (fresh)
         fresh = f->n++ == TBM_FS_LOGGED_MAX; /* the one "no more" line */
     pthread_mutex_unlock(&f->lock);
@@ -78,7 +78,7 @@ static const char *reason(int status)
     }
 }
 
-void tbm_fs_failed(struct tbm_fs *fs, long tensor, const struct tbm_file_kind *view, int status)
+void tbm_fs_failed(struct tbm_fs *fs, long tensor, const struct tbm_row *row, int status)
 {
     pthread_t thread;
 
@@ -87,7 +87,7 @@ void tbm_fs_failed(struct tbm_fs *fs, long tensor, const struct tbm_file_kind *v
     if (status == TBM_ERR_CHANGED && tensor >= 0 && report_change(fs, (size_t)tensor) && fs->se &&
         tbm_fs_thread(&thread, invalidate, fs) == 0)
         pthread_detach(thread);
-    if (!first_time(fs, tensor, view, status))
+    if (!first_time(fs, tensor, row, status))
         return;
     if (fs->failures.n > TBM_FS_LOGGED_MAX) {
         tbm_log(TBM_LOG_ERROR, "more than %d failures: further ones are not logged",
@@ -95,8 +95,8 @@ void tbm_fs_failed(struct tbm_fs *fs, long tensor, const struct tbm_file_kind *v
         return;
     }
     if (tensor < 0)
-        tbm_log(TBM_LOG_ERROR, "%s: %s", view ? tbm_view_name(view) : "?", reason(status));
+        tbm_log(TBM_LOG_ERROR, "%s: %s", row ? tbm_row_name(row) : "?", reason(status));
     else
         tbm_log(TBM_LOG_ERROR, "tensor %s: %s: %s", tbm_views_tensor_dir(fs->views, (size_t)tensor),
-                view ? tbm_view_name(view) : "?", reason(status));
+                row ? tbm_row_name(row) : "?", reason(status));
 }

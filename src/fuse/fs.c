@@ -1,5 +1,5 @@
 /* The FUSE front end: inode numbers are computed from (tensor, table row), so
- * the tree needs no table, stays stable and maps each file to one view.
+ * the tree needs no table, stays stable and maps each file to one row.
  * Library statuses become errno values here and nowhere else. */
 #include "fs.h"
 
@@ -31,8 +31,8 @@ enum {
 
 struct node {
     bool dir;
-    long tensor;                      /* -1 for the root, tensors/ and the root files */
-    const struct tbm_file_kind *view; /* NULL for a directory */
+    long tensor;               /* -1 for the root, tensors/ and the root files */
+    const struct tbm_row *row; /* NULL for a directory */
 };
 
 /* libfuse splices a reply through a pipe that must hold all of it with its
@@ -55,8 +55,8 @@ static bool reply_fits_pipe(unsigned max_read)
 void tbm_fs_init(struct tbm_fs *fs, struct tbm_views *views)
 {
     fs->views = views;
-    fs->root_files = tbm_view_count(TBM_VIEW_ROOT);
-    fs->tensor_files = tbm_view_count(TBM_VIEW_TENSOR);
+    fs->root_files = tbm_row_count(TBM_ROW_ROOT);
+    fs->tensor_files = tbm_row_count(TBM_ROW_TENSOR);
     fs->first_tensor = INO_FIRST_ROOT_FILE + fs->root_files;
     fs->ntensors = tbm_views_tensor_count(views);
     pthread_mutex_init(&fs->failures.lock, NULL);
@@ -109,10 +109,10 @@ static int status_errno(int status)
     }
 }
 
-/* Answers a failed open or read of a view of a tensor: logged, then the errno. */
-static void reply_failure(fuse_req_t req, long tensor, const struct tbm_file_kind *view, int status)
+/* Answers a failed open or read of a row of a tensor: logged, then the errno. */
+static void reply_failure(fuse_req_t req, long tensor, const struct tbm_row *row, int status)
 {
-    tbm_fs_failed(fuse_req_userdata(req), tensor, view, status);
+    tbm_fs_failed(fuse_req_userdata(req), tensor, row, status);
     fuse_reply_err(req, status_errno(status));
 }
 
@@ -137,8 +137,8 @@ static bool decode_ino(const struct tbm_fs *fs, fuse_ino_t ino, struct node *n)
     *n = (struct node){.dir = ino == INO_ROOT || ino == INO_TENSORS, .tensor = -1};
     if (ino < fs->first_tensor) {
         if (ino >= INO_FIRST_ROOT_FILE)
-            n->view = tbm_view_at(TBM_VIEW_ROOT, ino - INO_FIRST_ROOT_FILE);
-        return ino >= INO_ROOT && (!n->view || tbm_view_present(fs->views, n->view));
+            n->row = tbm_row_at(TBM_ROW_ROOT, ino - INO_FIRST_ROOT_FILE);
+        return ino >= INO_ROOT && (!n->row || tbm_row_present(fs->views, n->row));
     }
     fuse_ino_t rel = ino - fs->first_tensor, slots = 1 + fs->tensor_files;
     if (rel / slots >= fs->ntensors)
@@ -146,7 +146,7 @@ static bool decode_ino(const struct tbm_fs *fs, fuse_ino_t ino, struct node *n)
     n->tensor = (long)(rel / slots);
     n->dir = rel % slots == 0;
     if (!n->dir)
-        n->view = tbm_view_at(TBM_VIEW_TENSOR, rel % slots - 1);
+        n->row = tbm_row_at(TBM_ROW_TENSOR, rel % slots - 1);
     return true;
 }
 
@@ -166,7 +166,7 @@ static int fill_attr(const struct tbm_fs *fs, fuse_ino_t ino, const struct node 
             st->st_nlink = 2 + (nlink_t)fs->ntensors;
         return 0;
     }
-    int r = tbm_view_size(fs->views, n->view, node_tensor(n), &size);
+    int r = tbm_row_size(fs->views, n->row, node_tensor(n), &size);
     if (r < 0)
         return r;
     st->st_mode = S_IFREG | fs->file_mode;
@@ -196,31 +196,30 @@ static void reply_entry(fuse_req_t req, fuse_ino_t ino)
 }
 
 /* The index of a row within its place. */
-static size_t row_index(enum tbm_view_place place, const struct tbm_file_kind *view)
+static size_t row_index(enum tbm_row_place place, const struct tbm_row *row)
 {
     size_t k = 0;
 
-    while (tbm_view_at(place, k) != view)
+    while (tbm_row_at(place, k) != row)
         k++;
     return k;
 }
 
 static fuse_ino_t lookup_root(const struct tbm_fs *fs, const char *name)
 {
-    const struct tbm_file_kind *view = tbm_view_find(TBM_VIEW_ROOT, name);
+    const struct tbm_row *row = tbm_row_find(TBM_ROW_ROOT, name);
 
-    if (view)
-        return tbm_view_present(fs->views, view)
-                   ? INO_FIRST_ROOT_FILE + row_index(TBM_VIEW_ROOT, view)
-                   : 0;
+    if (row)
+        return tbm_row_present(fs->views, row) ? INO_FIRST_ROOT_FILE + row_index(TBM_ROW_ROOT, row)
+                                               : 0;
     return strcmp(name, "tensors") == 0 ? INO_TENSORS : 0;
 }
 
 static fuse_ino_t lookup_tensor_file(const struct tbm_fs *fs, size_t t, const char *name)
 {
-    const struct tbm_file_kind *view = tbm_view_find(TBM_VIEW_TENSOR, name);
+    const struct tbm_row *row = tbm_row_find(TBM_ROW_TENSOR, name);
 
-    return view ? file_ino(fs, t, row_index(TBM_VIEW_TENSOR, view)) : 0;
+    return row ? file_ino(fs, t, row_index(TBM_ROW_TENSOR, row)) : 0;
 }
 
 static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
@@ -281,7 +280,7 @@ static bool dir_entry(const struct tbm_fs *fs, fuse_ino_t dir, const struct node
             *ino = INO_TENSORS;
             return true;
         }
-        *name = tbm_view_name(tbm_view_at(TBM_VIEW_ROOT, i));
+        *name = tbm_row_name(tbm_row_at(TBM_ROW_ROOT, i));
         *ino = INO_FIRST_ROOT_FILE + i;
         *mode = S_IFREG;
         return true;
@@ -295,7 +294,7 @@ static bool dir_entry(const struct tbm_fs *fs, fuse_ino_t dir, const struct node
     }
     if (i >= fs->tensor_files)
         return false;
-    *name = tbm_view_name(tbm_view_at(TBM_VIEW_TENSOR, i));
+    *name = tbm_row_name(tbm_row_at(TBM_ROW_TENSOR, i));
     *ino = file_ino(fs, (size_t)n->tensor, i);
     *mode = S_IFREG;
     return true;
@@ -385,13 +384,13 @@ int tbm_fs_thread(pthread_t *thread, void *(*fn)(void *), void *arg)
 }
 
 void tbm_fs_open_file(const struct tbm_fs *fs, fuse_req_t req, struct fuse_file_info *fi,
-                      const struct tbm_file_kind *view, size_t t)
+                      const struct tbm_row *row, size_t t)
 {
     struct tbm_file *file;
-    int r = tbm_file_open(fs->views, view, t, &file);
+    int r = tbm_file_open(fs->views, row, t, &file);
 
     if (r < 0) {
-        reply_failure(req, tbm_view_place(view) == TBM_VIEW_ROOT ? -1 : (long)t, view, r);
+        reply_failure(req, tbm_row_place(row) == TBM_ROW_ROOT ? -1 : (long)t, row, r);
         return;
     }
     /* every size is exact in stat and the bytes never change while the
@@ -421,21 +420,21 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
         tbm_log(TBM_LOG_INFO, "open node %lu: %s%s%s%s", (unsigned long)ino,
                 n.tensor < 0 ? "" : "tensors/",
                 n.tensor < 0 ? "" : tbm_views_tensor_dir(fs->views, (size_t)n.tensor),
-                n.tensor < 0 ? "" : "/", tbm_view_name(n.view));
+                n.tensor < 0 ? "" : "/", tbm_row_name(n.row));
     if ((fi->flags & O_ACCMODE) != O_RDONLY || (fi->flags & O_TRUNC)) {
         fuse_reply_err(req, EROFS);
         return;
     }
     size_t t = node_tensor(&n);
-    /* A rendered view not rendered yet may take seconds (a self-test, or
+    /* A rendered row not rendered yet may take seconds (a self-test, or
      * statistics that read the whole tensor or model): answered on a thread
      * of its own. A result already rendered is handed over here: queued, its
      * open would wait for the work of others for nothing. */
-    struct tbm_deferred *queue = tbm_view_slow(n.view) ? fs->deferred : fs->stats;
-    if (tbm_view_rendered(n.view) && queue && !tbm_view_ready(fs->views, n.view, t) &&
-        tbm_deferred_push(queue, req, fi, n.view, t))
+    struct tbm_deferred *queue = tbm_row_slow(n.row) ? fs->deferred : fs->stats;
+    if (tbm_row_rendered(n.row) && queue && !tbm_row_ready(fs->views, n.row, t) &&
+        tbm_deferred_push(queue, req, fi, n.row, t))
         return;
-    tbm_fs_open_file(fs, req, fi, n.view, t);
+    tbm_fs_open_file(fs, req, fi, n.row, t);
 }
 
 static void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
@@ -637,7 +636,7 @@ static void reply_held(fuse_req_t req, const struct tbm_source_hold *h)
 }
 
 /* One call into the views per read; what comes back says how to reply. A
- * rendered view's bytes are written from its result: the write copies them
+ * rendered row's bytes are written from its result: the write copies them
  * before it returns, and the file's release cannot come before the reply.
  * A request shorter than SPLICE_MIN does not ask for a range to splice; a
  * range that cannot be spliced after all is copied (tbm_reply_copy). A read
@@ -667,7 +666,7 @@ void tbm_fs_read(const struct tbm_fs *fs, fuse_req_t req, fuse_ino_t ino,
         r = tbm_reply_copy(&reply, buf);
     if (r < 0) {
         if (decode_ino(fs, ino, &n))
-            reply_failure(req, n.tensor, n.view, r);
+            reply_failure(req, n.tensor, n.row, r);
         else
             fuse_reply_err(req, status_errno(r));
         return;

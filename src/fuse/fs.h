@@ -19,7 +19,7 @@ struct tbm_fs_watch;
 
 struct tbm_fs_failure {
     long tensor;
-    const struct tbm_file_kind *view;
+    const struct tbm_row *row;
     int status;
 };
 
@@ -52,11 +52,11 @@ struct tbm_fs {
 /* One past the largest inode number of the tree. */
 fuse_ino_t tbm_fs_last_ino(const struct tbm_fs *fs);
 
-/* Reports a failed read or open of view (NULL: unknown) of tensor (-1 for
- * a root file) with status: logged once per tensor, view and reason; a
+/* Reports a failed read or open of row (NULL: unknown) of tensor (-1 for
+ * a root file) with status: logged once per tensor, row and reason; a
  * source changed in place is logged once more and the kernel's cache of the
  * tree dropped. */
-void tbm_fs_failed(struct tbm_fs *fs, long tensor, const struct tbm_file_kind *view, int status);
+void tbm_fs_failed(struct tbm_fs *fs, long tensor, const struct tbm_row *row, int status);
 
 /* Logs, once each, the sources found changed since the mount and drops the
  * kernel's cache of every file of the tree. From a thread that serves no
@@ -90,10 +90,10 @@ void tbm_fs_read(const struct tbm_fs *fs, fuse_req_t req, fuse_ino_t ino,
 void tbm_fs_reply_xattr(const struct tbm_fs *fs, fuse_req_t req, size_t t, const char *name,
                         size_t size);
 
-/* Opens view of tensor t (rendering it, for a rendered view) and answers
+/* Opens row of tensor t (rendering it, for a rendered row) and answers
  * req: fuse_reply_open with the open file in fi->fh, or the error. */
 void tbm_fs_open_file(const struct tbm_fs *fs, fuse_req_t req, struct fuse_file_info *fi,
-                      const struct tbm_file_kind *view, size_t t);
+                      const struct tbm_row *row, size_t t);
 
 /* A queue of requests answered by threads of their own (threads of them,
  * 1 to 16), so that requests that take seconds never hold the FUSE workers:
@@ -103,7 +103,7 @@ void tbm_fs_open_file(const struct tbm_fs *fs, fuse_req_t req, struct fuse_file_
 int tbm_deferred_start(const struct tbm_fs *fs, unsigned threads, struct tbm_deferred **out);
 /* Queues an open for tbm_fs_open_file; false when out of memory. */
 bool tbm_deferred_push(struct tbm_deferred *d, fuse_req_t req, const struct fuse_file_info *fi,
-                       const struct tbm_file_kind *view, size_t t);
+                       const struct tbm_row *row, size_t t);
 /* Queues a getxattr (name) or listxattr (name NULL) of tensor t's files
  * for tbm_fs_reply_xattr; false when out of memory. */
 bool tbm_deferred_push_xattr(struct tbm_deferred *d, fuse_req_t req, size_t t, const char *name,

@@ -12,7 +12,7 @@
 
 struct tbm_fs_watch {
     struct tbm_fs *fs;
-    struct tbm_watch *watch;
+    struct tbm_views_watch *watch;
     int stop; /* an eventfd: written, it ends the thread (not a pipe: the tests count those) */
     pthread_t thread;
 };
@@ -20,7 +20,7 @@ struct tbm_fs_watch {
 static void *watch_loop(void *arg)
 {
     struct tbm_fs_watch *fw = arg;
-    struct pollfd p[2] = {{.fd = tbm_watch_fd(fw->watch), .events = POLLIN},
+    struct pollfd p[2] = {{.fd = tbm_views_watch_fd(fw->watch), .events = POLLIN},
                           {.fd = fw->stop, .events = POLLIN}};
 
     for (;;) {
@@ -31,7 +31,7 @@ static void *watch_loop(void *arg)
         }
         if (p[1].revents)
             break;
-        if (tbm_watch_read(fw->watch) > 0)
+        if (tbm_views_watch_read(fw->watch) > 0)
             tbm_fs_sources_changed(fw->fs);
     }
     return NULL;
@@ -54,7 +54,7 @@ int tbm_fs_watch_start(struct tbm_fs *fs, struct tbm_fs_watch **out)
     return 0;
 fail:
     /* without a watch, a change is still found by the check of each read */
-    tbm_watch_close(fw->watch);
+    tbm_views_watch_close(fw->watch);
     if (fw->stop >= 0)
         close(fw->stop);
     free(fw);
@@ -69,6 +69,6 @@ void tbm_fs_watch_stop(struct tbm_fs_watch *fw)
         ;
     pthread_join(fw->thread, NULL);
     close(fw->stop);
-    tbm_watch_close(fw->watch);
+    tbm_views_watch_close(fw->watch);
     free(fw);
 }

@@ -1,5 +1,6 @@
 /* dense.f32 and dense.npy: the tensor decoded to float32 with its mask
- * applied, computed per request by the expansion kernels, never materialized. */
+ * applied, computed per request by the expansion kernels, never materialized;
+ * dense.npy is the same bytes after an NPY 1.0 header (the row's arg). */
 #include "internal.h"
 
 #include <stdio.h>
@@ -117,24 +118,6 @@ static const struct tbm_region *identity_region(const struct tbm_tensor *t)
     return t->hdr.precision == TBM_FP32 && !t->mask_usable ? &t->weights : NULL;
 }
 
-const struct tbm_region *tbm_f32_region(const struct tbm_views *v, size_t t, uint64_t *skip)
-{
-    *skip = 0;
-    return identity_region(&v->model->tensors[t]);
-}
-
-int tbm_f32_size(const struct tbm_views *v, size_t t, uint64_t *size)
-{
-    *size = f32_size(&v->model->tensors[t]);
-    return 0;
-}
-
-int tbm_f32_read(const struct tbm_views *v, size_t t, char *buf, uint64_t off, size_t len,
-                 size_t *got)
-{
-    return dense_range(v, &v->model->tensors[t], buf, off, len, got);
-}
-
 #define NPY_PREFIX "{'descr': '<f4', 'fortran_order': False, 'shape': ("
 #define NPY_SUFFIX "), }"
 
@@ -169,15 +152,18 @@ static size_t npy_dict(const struct tbm_tensor *t, char *out, size_t cap)
     return n + shape + sizeof(NPY_SUFFIX) - 1;
 }
 
-/* The NPY 1.0 header's length: magic, version, length, and the dict padded
- * with spaces and a newline to a multiple of 64 bytes. */
-static size_t npy_header_len(const struct tbm_tensor *t)
+/* The NPY 1.0 header's length, for dense.npy (the row's arg true; 0 for
+ * dense.f32): magic, version, length, and the dict padded with spaces and
+ * a newline to a multiple of 64 bytes. */
+static size_t npy_header_len(const struct tbm_row *row, const struct tbm_tensor *t)
 {
+    if (!*(const bool *)row->arg)
+        return 0;
     return (10 + npy_dict(t, NULL, 0) + 1 + 63) / 64 * 64;
 }
 
 /* Writes the NPY 1.0 header into out (npy_header_len bytes). */
-static size_t npy_header(const struct tbm_tensor *t, char *out)
+static void npy_header(const struct tbm_tensor *t, char *out)
 {
     size_t n = npy_dict(t, out + 10, NPY_MAX - 10);
     size_t padded = (10 + n + 1 + 63) / 64 * 64;
@@ -187,40 +173,39 @@ static size_t npy_header(const struct tbm_tensor *t, char *out)
     memcpy(out, "\x93NUMPY\x01\x00", 8);
     out[8] = (char)((padded - 10) & 0xff);
     out[9] = (char)((padded - 10) >> 8);
-    return padded;
 }
 
-int tbm_npy_size(const struct tbm_views *v, size_t t, uint64_t *size)
+const struct tbm_region *tbm_dense_region(const struct tbm_views *v, const struct tbm_row *row,
+                                          size_t t, uint64_t *skip)
+{
+    const struct tbm_tensor *tensor = &v->model->tensors[t];
+    const struct tbm_region *region = identity_region(tensor);
+
+    *skip = region ? npy_header_len(row, tensor) : 0;
+    return region;
+}
+
+int tbm_dense_size(const struct tbm_views *v, const struct tbm_row *row, size_t t, uint64_t *size)
 {
     const struct tbm_tensor *tensor = &v->model->tensors[t];
 
-    *size = npy_header_len(tensor) + f32_size(tensor);
+    *size = npy_header_len(row, tensor) + f32_size(tensor);
     return 0;
 }
 
-const struct tbm_region *tbm_npy_region(const struct tbm_views *v, size_t t, uint64_t *skip)
+int tbm_dense_read(const struct tbm_views *v, const struct tbm_row *row, size_t t, char *buf,
+                   uint64_t off, size_t len, size_t *got)
 {
     const struct tbm_tensor *tensor = &v->model->tensors[t];
+    size_t hlen = npy_header_len(row, tensor), head = 0;
 
-    if (!identity_region(tensor))
-        return NULL;
-    *skip = npy_header_len(tensor);
-    return identity_region(tensor);
-}
-
-int tbm_npy_read(const struct tbm_views *v, size_t t, char *buf, uint64_t off, size_t len,
-                 size_t *got)
-{
-    const struct tbm_tensor *tensor = &v->model->tensors[t];
-    struct scratch *s = thread_scratch();
-    size_t head = 0;
-
-    /* The header is rendered into this thread's scratch: a 64 KiB allocation
-     * per read would sit on the hottest path of the mount. */
-    if (!s)
-        return TBM_ERR_NOMEM;
-    size_t hlen = npy_header(tensor, s->npy);
     if (off < hlen) {
+        /* The header is rendered into this thread's scratch: a 64 KiB
+         * allocation per read would sit on the hottest path of the mount. */
+        struct scratch *s = thread_scratch();
+        if (!s)
+            return TBM_ERR_NOMEM;
+        npy_header(tensor, s->npy);
         tbm_copy_range(buf, off, len, s->npy, hlen, &head);
         off = hlen;
     }

@@ -1,11 +1,10 @@
-/* model.gguf and model.Q8_0.gguf, per read: a range maps onto the header
- * (fixed at mount, gguf_layout.c), zero padding and pieces of tensors, and
- * only the bytes it covers are computed: stored elements masked in place,
- * F32 expansions, or Q8_0 blocks quantized from the expansion, the rows of
- * attn_q and attn_k taken in the converter's order. */
+/* The GGUF files (model.gguf, model.Q8_0.gguf), per read: a range maps onto
+ * the header (fixed at mount, gguf_layout.c), zero padding and pieces of
+ * tensors, and only the bytes it covers are computed: stored elements masked
+ * in place, F32 expansions, or Q8_0 blocks quantized from the expansion, the
+ * rows of attn_q and attn_k taken in the converter's order. */
 #include "gguf.h"
 
-#include <json-c/json.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -26,23 +25,6 @@ static struct tbm_thread_scratch scratch = TBM_THREAD_SCRATCH_INIT;
 static struct scratch *thread_scratch(void)
 {
     return tbm_thread_scratch(&scratch, sizeof(struct scratch));
-}
-
-bool tbm_gguf_present(const struct tbm_views *v)
-{
-    return v->gguf->ok;
-}
-
-struct json_object *tbm_gguf_missing_json(const struct tbm_views *v)
-{
-    const struct tbm_gguf *g = v->gguf;
-    struct json_object *arr;
-
-    if (!g->llama || !(arr = json_object_new_array()))
-        return NULL;
-    if (g->missing)
-        json_object_array_add(arr, json_object_new_string(g->missing));
-    return arr;
 }
 
 /* The stored row of the tensor that GGUF row g is: llama.cpp's converter
@@ -185,24 +167,24 @@ static int stored_bytes(const struct tbm_views *v, const struct tbm_gguf_tensor 
 }
 
 /* Whether a piece's data is its tensor's stored bytes (masked). */
-static bool stored_type(const struct tbm_tensor *t, uint32_t type)
+static bool is_stored(const struct tbm_tensor *t, uint32_t type)
 {
     static const uint32_t native[] = {TBM_GGUF_F32, TBM_GGUF_F16, TBM_GGUF_BF16, UINT32_MAX};
 
     return native[t->hdr.precision] == type;
 }
 
-static int piece_bytes(const struct tbm_views *v, const struct tbm_gguf_piece *p, char *buf,
-                       uint64_t b0, size_t len)
+static int piece_bytes(const struct tbm_views *v, const struct tbm_gguf *g,
+                       const struct tbm_gguf_piece *p, char *buf, uint64_t b0, size_t len)
 {
-    const struct tbm_gguf_tensor *gt = &v->gguf->tensors[p->k];
+    const struct tbm_gguf_tensor *gt = &g->tensors[p->k];
     struct scratch *s = thread_scratch();
 
     if (!s)
         return TBM_ERR_NOMEM;
     if (p->type == TBM_GGUF_Q8_0)
         return q8_0_bytes(v, gt, s, buf, b0, len);
-    if (stored_type(&v->model->tensors[gt->t], p->type))
+    if (is_stored(&v->model->tensors[gt->t], p->type))
         return stored_bytes(v, gt, s, buf, b0, len);
     return f32_bytes(v, gt, s, buf, b0, len);
 }
@@ -222,11 +204,23 @@ static size_t piece_at(const struct tbm_gguf_file *f, uint64_t off)
     return lo;
 }
 
-static int file_read(const struct tbm_views *v, const struct tbm_gguf_file *f, char *buf,
-                     uint64_t off, size_t len, size_t *got)
+int tbm_gguf_size(const struct tbm_views *v, const struct tbm_row *row, size_t t, uint64_t *size)
 {
+    const struct tbm_gguf *g = tbm_row_state(v, row);
+
+    (void)t;
+    *size = g->file.size;
+    return 0;
+}
+
+int tbm_gguf_read(const struct tbm_views *v, const struct tbm_row *row, size_t t, char *buf,
+                  uint64_t off, size_t len, size_t *got)
+{
+    const struct tbm_gguf *g = tbm_row_state(v, row);
+    const struct tbm_gguf_file *f = &g->file;
     size_t done = 0;
 
+    (void)t;
     *got = 0;
     if (off >= f->size)
         return 0;
@@ -246,7 +240,7 @@ static int file_read(const struct tbm_views *v, const struct tbm_gguf_file *f, c
         }
         uint64_t in = pos - p->start;
         size_t n = p->len - in < len - done ? (size_t)(p->len - in) : len - done;
-        int r = piece_bytes(v, p, buf + done, in, n);
+        int r = piece_bytes(v, g, p, buf + done, in, n);
         if (r < 0)
             return r;
         done += n;
@@ -256,42 +250,15 @@ static int file_read(const struct tbm_views *v, const struct tbm_gguf_file *f, c
     return 0;
 }
 
-int tbm_gguf_size(const struct tbm_views *v, size_t t, uint64_t *size)
-{
-    (void)t;
-    *size = v->gguf->files[0].size;
-    return 0;
-}
-
-int tbm_gguf_q8_0_size(const struct tbm_views *v, size_t t, uint64_t *size)
-{
-    (void)t;
-    *size = v->gguf->files[1].size;
-    return 0;
-}
-
-int tbm_gguf_read(const struct tbm_views *v, size_t t, char *buf, uint64_t off, size_t len,
-                  size_t *got)
-{
-    (void)t;
-    return file_read(v, &v->gguf->files[0], buf, off, len, got);
-}
-
-int tbm_gguf_q8_0_read(const struct tbm_views *v, size_t t, char *buf, uint64_t off, size_t len,
-                       size_t *got)
-{
-    (void)t;
-    return file_read(v, &v->gguf->files[1], buf, off, len, got);
-}
-
-/* model.gguf's bytes that are a tensor's stored bytes as they are (stored
+/* A GGUF file's bytes that are a tensor's stored bytes as they are (stored
  * type, rows in place, no mask applied) are sent as stored, as
  * model.safetensors' are: only a range wholly inside one such tensor, as a
  * reply short of the request reads as the end of the file. */
-int tbm_gguf_span(const struct tbm_views *v, size_t t, uint64_t off, size_t len,
-                  struct tbm_span *out)
+int tbm_gguf_span(const struct tbm_views *v, const struct tbm_row *row, size_t t, uint64_t off,
+                  size_t len, struct tbm_span *out)
 {
-    const struct tbm_gguf_file *f = &v->gguf->files[0];
+    const struct tbm_gguf *g = tbm_row_state(v, row);
+    const struct tbm_gguf_file *f = &g->file;
 
     (void)t;
     *out = (struct tbm_span){0};
@@ -301,10 +268,10 @@ int tbm_gguf_span(const struct tbm_views *v, size_t t, uint64_t off, size_t len,
     if (k == f->npieces || off < f->pieces[k].start)
         return 0;
     const struct tbm_gguf_piece *p = &f->pieces[k];
-    const struct tbm_gguf_tensor *gt = &v->gguf->tensors[p->k];
+    const struct tbm_gguf_tensor *gt = &g->tensors[p->k];
     const struct tbm_tensor *tensor = &v->model->tensors[gt->t];
     uint64_t in = off - p->start;
-    if (len == 0 || len > p->len - in || gt->heads != 0 || !stored_type(tensor, p->type) ||
+    if (len == 0 || len > p->len - in || gt->heads != 0 || !is_stored(tensor, p->type) ||
         (tensor->hdr.nm_m != 0 && tensor->mask_usable))
         return 0;
     *out = (struct tbm_span){.src = tensor->src, .pos = tensor->weights.off + in, .len = len};

@@ -1,5 +1,6 @@
-/* The layout of model.gguf and model.Q8_0.gguf shared by the file that
- * fixes it at mount (gguf_layout.c) and the one that serves reads (gguf.c). */
+/* The layout of a GGUF file (model.gguf, model.Q8_0.gguf) shared by the
+ * file that fixes it at mount (gguf_layout.c) and the one that serves reads
+ * (gguf.c). */
 #ifndef TBM_VIEWS_GGUF_H
 #define TBM_VIEWS_GGUF_H
 
@@ -38,13 +39,28 @@ struct tbm_gguf_file {
     uint64_t size;
 };
 
+/* A GGUF file of the model, a row's arg: the rule that gives each tensor
+ * its type in the file, and what its header says of them. */
+struct tbm_gguf_variant {
+    /* the type of tensor gt, stored in precision, in the file */
+    uint32_t (*type)(const struct tbm_gguf_tensor *gt, unsigned precision);
+    uint32_t file_type; /* general.file_type, or TBM_GGUF_FILE_TYPE_MOST */
+    bool quantized;     /* general.quantization_version is written */
+};
+
+/* general.file_type: that of the type most matrix elements have (llama.cpp's
+ * 0 F32, 1 F16, 32 BF16; the lower number on a tie). */
+#define TBM_GGUF_FILE_TYPE_MOST UINT32_MAX
+
+/* A GGUF row's state: which tensors go in under which name (or why the
+ * model cannot be a GGUF), and the file's layout, fixed at mount. */
 struct tbm_gguf {
     bool llama;    /* the architecture is llama or mistral */
-    bool ok;       /* the files exist */
-    char *missing; /* llama but no files: why, one line for model.json */
+    bool ok;       /* the file exists */
+    char *missing; /* llama but no file: why, one line for model.json */
     struct tbm_gguf_tensor *tensors;
     size_t ntensors;
-    struct tbm_gguf_file files[2]; /* model.gguf, model.Q8_0.gguf */
+    struct tbm_gguf_file file;
 };
 
 #endif

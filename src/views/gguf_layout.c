@@ -1,7 +1,8 @@
-/* model.gguf and model.Q8_0.gguf, at mount: whether the model can be a GGUF
- * (llama or mistral, the config's keys, every tensor llama.cpp needs, sound
- * and of the shape the config implies), which tensors go in under which GGUF
- * name, and the two files' header bytes and data layout, fixed once. */
+/* The GGUF files (model.gguf, model.Q8_0.gguf), at mount: whether the model
+ * can be a GGUF (llama or mistral, the config's keys, every tensor llama.cpp
+ * needs, sound and of the shape the config implies), which tensors go in
+ * under which GGUF name, and a file's header bytes and data layout, fixed
+ * once, by the rule of its variant (the row's arg) for each tensor's type. */
 #include "gguf.h"
 
 #include "tbm/names.h"
@@ -401,36 +402,55 @@ static uint64_t type_bytes(uint32_t type, uint64_t n)
     return n * 4;
 }
 
-/* The type a tensor has in each file. */
-static uint32_t file_type_of(const struct tbm_gguf_tensor *g, unsigned precision, bool q8)
+/* model.gguf: every matrix in its stored precision (fp64 as F32), the rest
+ * F32. */
+static uint32_t stored_type(const struct tbm_gguf_tensor *g, unsigned precision)
 {
     static const uint32_t native[] = {TBM_GGUF_F32, TBM_GGUF_F16, TBM_GGUF_BF16, TBM_GGUF_F32};
 
-    if (!g->matrix)
-        return TBM_GGUF_F32;
-    if (q8)
-        return g->cols % TBM_Q8_0_ELEMS == 0 ? TBM_GGUF_Q8_0 : TBM_GGUF_F32;
-    return native[precision];
+    return g->matrix ? native[precision] : TBM_GGUF_F32;
 }
 
-/* general.file_type of model.gguf: the type most matrix elements have, the
- * lower number on a tie (llama.cpp's 0 F32, 1 F16, 32 BF16). */
-static uint32_t native_file_type(const struct tbm_views *v, const struct tbm_gguf *g)
+/* model.Q8_0.gguf: every matrix whose rows are whole blocks in Q8_0, the
+ * rest F32. */
+static uint32_t q8_0_type(const struct tbm_gguf_tensor *g, unsigned precision)
+{
+    (void)precision;
+    return g->matrix && g->cols % TBM_Q8_0_ELEMS == 0 ? TBM_GGUF_Q8_0 : TBM_GGUF_F32;
+}
+
+const struct tbm_gguf_variant tbm_gguf_stored = {stored_type, TBM_GGUF_FILE_TYPE_MOST, false};
+/* llama.cpp's LLAMA_FTYPE_MOSTLY_Q8_0 */
+const struct tbm_gguf_variant tbm_gguf_q8_0 = {q8_0_type, 7, true};
+
+/* The type a tensor has in the file. */
+static uint32_t type_of(const struct tbm_views *v, const struct tbm_gguf_variant *var,
+                        const struct tbm_gguf_tensor *gt)
+{
+    return var->type(gt, v->model->tensors[gt->t].hdr.precision);
+}
+
+/* general.file_type: the variant's, or the type most matrix elements have,
+ * the lower number on a tie (llama.cpp's 0 F32, 1 F16, 32 BF16). */
+static uint32_t file_type(const struct tbm_views *v, const struct tbm_gguf_variant *var,
+                          const struct tbm_gguf *g)
 {
     uint64_t count[3] = {0, 0, 0};
 
+    if (var->file_type != TBM_GGUF_FILE_TYPE_MOST)
+        return var->file_type;
     for (size_t k = 0; k < g->ntensors; k++) {
         const struct tbm_gguf_tensor *gt = &g->tensors[k];
         if (!gt->matrix)
             continue;
-        uint32_t type = file_type_of(gt, v->model->tensors[gt->t].hdr.precision, false);
+        uint32_t type = type_of(v, var, gt);
         count[type == TBM_GGUF_F32 ? 0 : type == TBM_GGUF_F16 ? 1 : 2] += gt->rows * gt->cols;
     }
     return count[0] >= count[1] && count[0] >= count[2] ? 0 : count[1] >= count[2] ? 1 : 32;
 }
 
 static void put_kvs(struct wbuf *b, const struct tbm_views *v, const struct tbm_gguf *g,
-                    const struct llama_config *c, bool q8)
+                    const struct llama_config *c, const struct tbm_gguf_variant *var)
 {
     const struct tbm_model *m = v->model;
     char name[4096];
@@ -439,8 +459,8 @@ static void put_kvs(struct wbuf *b, const struct tbm_views *v, const struct tbm_
     kv_str(b, "general.architecture", "llama");
     kv_str(b, "general.name", name);
     kv_u32(b, "general.alignment", ALIGN);
-    kv_u32(b, "general.file_type", q8 ? 7 : native_file_type(v, g));
-    if (q8)
+    kv_u32(b, "general.file_type", file_type(v, var, g));
+    if (var->quantized)
         kv_u32(b, "general.quantization_version", 2);
     kv_u32(b, "llama.context_length", c->context);
     kv_u32(b, "llama.embedding_length", c->hidden);
@@ -465,21 +485,22 @@ static void put_kvs(struct wbuf *b, const struct tbm_views *v, const struct tbm_
     }
 }
 
-/* Renders one file's header and places each tensor's data after it. */
+/* Renders the file's header and places each tensor's data after it. */
 static int build_file(const struct tbm_views *v, struct tbm_gguf *g, const struct llama_config *c,
-                      bool q8, struct tbm_gguf_file *f)
+                      const struct tbm_gguf_variant *var)
 {
+    struct tbm_gguf_file *f = &g->file;
     struct wbuf b = {0};
     uint64_t data = 0;
 
     put(&b, "GGUF", 4);
     put_u32(&b, 3);
     put_u64(&b, g->ntensors);
-    put_u64(&b, q8 ? 17 : 16);
-    put_kvs(&b, v, g, c, q8);
+    put_u64(&b, var->quantized ? 17 : 16);
+    put_kvs(&b, v, g, c, var);
     for (size_t k = 0; k < g->ntensors; k++) {
         const struct tbm_gguf_tensor *gt = &g->tensors[k];
-        uint32_t type = file_type_of(gt, v->model->tensors[gt->t].hdr.precision, q8);
+        uint32_t type = type_of(v, var, gt);
         uint64_t len = type_bytes(type, gt->rows * gt->cols);
 
         put_str(&b, gt->name, strlen(gt->name));
@@ -547,8 +568,9 @@ static int take_tensors(const struct tbm_views *v, const struct llama_config *c,
     return 0;
 }
 
-/* Lays out both files of a model that can be one, or says why it cannot. */
-static int lay_out(const struct tbm_views *v, struct tbm_gguf *g)
+/* Lays out the file of a model that can be a GGUF, or says why it cannot. */
+static int lay_out(const struct tbm_views *v, const struct tbm_gguf_variant *var,
+                   struct tbm_gguf *g)
 {
     const struct tbm_model *m = v->model;
     struct llama_config c;
@@ -567,12 +589,9 @@ static int lay_out(const struct tbm_views *v, struct tbm_gguf *g)
         goto cleanup;
     }
     if (!(g->tensors = calloc(nslots, sizeof(*g->tensors))) ||
-        !(g->files[0].pieces = calloc(nslots, sizeof(*g->files[0].pieces))) ||
-        !(g->files[1].pieces = calloc(nslots, sizeof(*g->files[1].pieces))))
+        !(g->file.pieces = calloc(nslots, sizeof(*g->file.pieces))))
         goto cleanup;
-    if ((r = take_tensors(v, &c, slots, hf, nslots, g)) < 0 ||
-        (r = build_file(v, g, &c, false, &g->files[0])) < 0 ||
-        (r = build_file(v, g, &c, true, &g->files[1])) < 0)
+    if ((r = take_tensors(v, &c, slots, hf, nslots, g)) < 0 || (r = build_file(v, g, &c, var)) < 0)
         goto cleanup;
     g->ok = true;
 cleanup:
@@ -581,33 +600,46 @@ cleanup:
     return r;
 }
 
-int tbm_gguf_init(struct tbm_views *v)
+void tbm_gguf_free(void *state)
 {
-    const char *arch = v->model->architecture;
-    struct tbm_gguf *g;
+    struct tbm_gguf *g = state;
 
-    if (v->gguf)
-        return 0; /* model.json's prepare asked first */
-    if (!(g = calloc(1, sizeof(*g))))
-        return TBM_ERR_NOMEM;
-    v->gguf = g;
-    g->llama = arch && (strcasecmp(arch, "llama") == 0 || strcasecmp(arch, "mistral") == 0);
-    return g->llama ? lay_out(v, g) : 0;
-}
-
-void tbm_gguf_free(struct tbm_views *v)
-{
-    struct tbm_gguf *g = v->gguf;
-
-    if (!g)
-        return;
     for (size_t k = 0; g->tensors && k < g->ntensors; k++)
         free(g->tensors[k].name);
     free(g->tensors);
-    for (int f = 0; f < 2; f++) {
-        free(g->files[f].head);
-        free(g->files[f].pieces);
-    }
+    free(g->file.head);
+    free(g->file.pieces);
     free(g->missing);
     free(g);
+}
+
+int tbm_gguf_prepare(const struct tbm_views *v, const struct tbm_row *row, void **state)
+{
+    const char *arch = v->model->architecture;
+    struct tbm_gguf *g = calloc(1, sizeof(*g));
+
+    *state = g;
+    if (!g)
+        return TBM_ERR_NOMEM;
+    g->llama = arch && (strcasecmp(arch, "llama") == 0 || strcasecmp(arch, "mistral") == 0);
+    return g->llama ? lay_out(v, row->arg, g) : 0;
+}
+
+bool tbm_gguf_present(const struct tbm_views *v, const struct tbm_row *row)
+{
+    const struct tbm_gguf *g = tbm_row_state(v, row);
+
+    return g->ok;
+}
+
+/* Every GGUF file is missing for the same reason, which names model.gguf:
+ * model.json says it once. */
+int tbm_gguf_notes(const struct tbm_views *v, const struct tbm_row *row,
+                   struct json_object *missing, struct json_object *notes, bool *expected)
+{
+    const struct tbm_gguf *g = tbm_row_state(v, row);
+
+    (void)notes;
+    *expected |= g->llama;
+    return g->missing ? tbm_json_add_once(missing, g->missing) : 0;
 }

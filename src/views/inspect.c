@@ -1,7 +1,8 @@
-/* The inspection views: stats.json (statistics of the dense expansion) and
- * the block pictures mask.png and weights.png, each rendered once per mount
- * by streaming over the tensor in bounded memory with the kernels of
- * include/tbm/stats.h. Their sizes are fixed before they are rendered. */
+/* The inspection files: stats.json (statistics of the dense expansion) and
+ * the block pictures mask.png and weights.png (one function, the row's arg
+ * saying which), each rendered once per mount by streaming over the tensor
+ * in bounded memory with the kernels of include/tbm/stats.h. Their sizes
+ * are fixed before they are rendered. */
 #include "internal.h"
 
 #include <stdio.h>
@@ -222,19 +223,22 @@ static size_t stats_len(void)
     return x.len + 1;
 }
 
-int tbm_stats_json_size(const struct tbm_views *v, size_t t, uint64_t *size)
+int tbm_stats_json_size(const struct tbm_views *v, const struct tbm_row *row, size_t t,
+                        uint64_t *size)
 {
-    (void)v, (void)t;
+    (void)v, (void)row, (void)t;
     *size = stats_len();
     return 0;
 }
 
-int tbm_stats_json_render(const struct tbm_views *v, size_t t, char **out, size_t *len)
+int tbm_stats_json_render(const struct tbm_views *v, const struct tbm_row *row, size_t t,
+                          char **out, size_t *len)
 {
     struct stats_doc d = {0};
     size_t size = stats_len();
     int r = compute_stats(v, &v->model->tensors[t], &d);
 
+    (void)row;
     if (r < 0)
         return r;
     struct text x = {.buf = malloc(size + 1), .cap = size + 1};
@@ -244,25 +248,27 @@ int tbm_stats_json_render(const struct tbm_views *v, size_t t, char **out, size_
     x.buf[x.len++] = '\n';
     *out = x.buf;
     *len = x.len;
-    return tbm_pad_lines(out, len, size);
+    return 0;
 }
 
 /* --- mask.png, weights.png --- */
 
-int tbm_png_view_size(const struct tbm_views *v, size_t t, uint64_t *size)
+int tbm_picture_size(const struct tbm_views *v, const struct tbm_row *row, size_t t, uint64_t *size)
 {
     uint64_t rows, cols;
     uint32_t w, h;
 
+    (void)row;
     tbm_matrix_dims(&v->model->tensors[t], &rows, &cols);
     tbm_image_dims(rows, cols, &w, &h);
     *size = tbm_png_size(w, h);
     return 0;
 }
 
-static int render_picture(const struct tbm_views *v, size_t i, bool weights, char **out,
-                          size_t *len)
+int tbm_picture_render(const struct tbm_views *v, const struct tbm_row *row, size_t i, char **out,
+                       size_t *len)
 {
+    bool weights = *(const enum tbm_picture *)row->arg == TBM_PICTURE_WEIGHTS;
     const struct tbm_tensor *t = &v->model->tensors[i];
     struct tbm_image_acc img;
     struct stream s = {0};
@@ -302,14 +308,4 @@ out:
     stream_free(&s);
     tbm_image_free(&img);
     return r;
-}
-
-int tbm_mask_png_render(const struct tbm_views *v, size_t t, char **out, size_t *len)
-{
-    return render_picture(v, t, false, out, len);
-}
-
-int tbm_weights_png_render(const struct tbm_views *v, size_t t, char **out, size_t *len)
-{
-    return render_picture(v, t, true, out, len);
 }

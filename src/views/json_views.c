@@ -1,5 +1,5 @@
-/* The JSON files: index.json (the stored index), model.json (the summary,
- * rendered once) and each tensor's header.json (rendered from the table). */
+/* The JSON files: index.json (the stored index), model.json (the summary)
+ * and each tensor's header.json (rendered from the table). */
 #include "internal.h"
 
 #include "tbm/names.h"
@@ -50,10 +50,10 @@ static void add_stats(struct json_object *o, const struct tbm_tensor *t,
 {
     bool ok = st && st->known;
     const struct tbm_mask_stats *c = ok ? &st->counts : NULL;
-    double density = ok && t->hdr.num_weights ? (double)c->kept / (double)t->hdr.num_weights : 0;
 
     json_object_object_add(o, "kept", ok ? json_object_new_uint64(c->kept) : NULL);
-    json_object_object_add(o, "density", ok ? json_object_new_double(density) : NULL);
+    json_object_object_add(o, "density",
+                           ok ? json_object_new_double(tbm_tensor_density(t, st)) : NULL);
     json_object_object_add(o, "groups_over_n",
                            ok ? json_object_new_uint64(c->groups_over_n) : NULL);
     json_object_object_add(o, "mask_conflicts",
@@ -125,12 +125,16 @@ static int header_doc(const struct tbm_views *v, size_t t, bool with_stats, char
     return r;
 }
 
-int tbm_header_json_size(const struct tbm_views *v, size_t t, uint64_t *size)
+/* Its size is fixed before the statistics are known: the rendering
+ * without them, and room for what they can add. */
+int tbm_header_json_size(const struct tbm_views *v, const struct tbm_row *row, size_t t,
+                         uint64_t *size)
 {
     char *doc;
     size_t len;
     int r = header_doc(v, t, false, &doc, &len);
 
+    (void)row;
     if (r < 0)
         return r;
     free(doc);
@@ -138,14 +142,11 @@ int tbm_header_json_size(const struct tbm_views *v, size_t t, uint64_t *size)
     return 0;
 }
 
-int tbm_header_json_render(const struct tbm_views *v, size_t t, char **out, size_t *len)
+int tbm_header_json_render(const struct tbm_views *v, const struct tbm_row *row, size_t t,
+                           char **out, size_t *len)
 {
-    uint64_t size;
-    int r = tbm_view_size(v, tbm_view_find(TBM_VIEW_TENSOR, "header.json"), t, &size);
-
-    if (r < 0 || (r = header_doc(v, t, true, out, len)) < 0)
-        return r;
-    return tbm_pad_lines(out, len, size);
+    (void)row;
+    return header_doc(v, t, true, out, len);
 }
 
 static uint64_t add_sat(uint64_t a, uint64_t b)
@@ -213,13 +214,11 @@ static int model_doc(const struct tbm_views *v, bool with_stats, char **out, siz
     json_object_object_add(o, "warnings", json_object_new_uint64(warnings));
     json_object_object_add(o, "tensors_with_warnings", json_object_new_uint64(warned));
     json_object_object_add(o, "kernels", json_object_new_string(tbm_isa_name(m->isa)));
-    struct json_object *missing = tbm_gguf_missing_json(v), *notes = json_object_new_array();
-    bool llama = missing != NULL;
-    if (!missing)
-        missing = json_object_new_array();
-    int r = tbm_safetensors_notes(v, missing, notes);
-    /* [] for a model of the llama family that has every view */
-    if (r == 0 && (llama || json_object_array_length(missing)))
+    struct json_object *missing = json_object_new_array(), *notes = json_object_new_array();
+    bool expected;
+    int r = missing && notes ? tbm_views_notes(v, missing, notes, &expected) : TBM_ERR_NOMEM;
+    /* [] for a model of a kind that has every file (the llama family's) */
+    if (r == 0 && (expected || json_object_array_length(missing)))
         json_object_object_add(o, "views_missing", json_object_get(missing));
     if (r == 0 && json_object_array_length(notes))
         json_object_object_add(o, "views_notes", json_object_get(notes));
@@ -236,47 +235,26 @@ static int model_doc(const struct tbm_views *v, bool with_stats, char **out, siz
  * most 20 digits each. */
 #define MODEL_SLACK 64
 
-int tbm_model_json_prepare(struct tbm_views *v)
-{
-    atomic_store(&v->model_json_size, 0);
-    return 0;
-}
-
 /* Counted when first asked rather than at mount (it says why
  * model.safetensors leaves tensors out, which needs that file's layout);
  * threads that ask at once count the same bytes. */
-int tbm_model_json_size(const struct tbm_views *v, size_t t, uint64_t *size)
+int tbm_model_json_size(const struct tbm_views *v, const struct tbm_row *row, size_t t,
+                        uint64_t *size)
 {
-    struct tbm_views *mv = (struct tbm_views *)v;
-
-    (void)t;
-    if ((*size = atomic_load(&mv->model_json_size)))
-        return 0;
-    int r = tbm_lazy_doc_size(v, model_doc, MODEL_SLACK, size);
-    if (r == 0)
-        atomic_store(&mv->model_json_size, *size);
-    return r;
+    (void)row, (void)t;
+    return tbm_lazy_doc_size(v, model_doc, MODEL_SLACK, size);
 }
 
-int tbm_model_json_render(const struct tbm_views *v, size_t t, char **out, size_t *len)
+int tbm_model_json_render(const struct tbm_views *v, const struct tbm_row *row, size_t t,
+                          char **out, size_t *len)
 {
-    uint64_t size;
-    int r = tbm_model_json_size(v, t, &size);
-
-    return r < 0 ? r : tbm_lazy_doc_render_lines(v, model_doc, size, out, len);
+    (void)row, (void)t;
+    return tbm_lazy_doc_render(v, model_doc, out, len);
 }
 
-int tbm_index_json_size(const struct tbm_views *v, size_t t, uint64_t *size)
+/* The index as stored: the model's own bytes. */
+int tbm_index_json_prepare(const struct tbm_views *v, const struct tbm_row *row, void **state)
 {
-    (void)t;
-    *size = v->model->index_json_len;
-    return 0;
-}
-
-int tbm_index_json_read(const struct tbm_views *v, size_t t, char *buf, uint64_t off, size_t len,
-                        size_t *got)
-{
-    (void)t;
-    tbm_copy_range(buf, off, len, v->model->index_json, v->model->index_json_len, got);
-    return 0;
+    (void)row;
+    return tbm_buffer_new(v->model->index_json, v->model->index_json_len, NULL, state);
 }

@@ -1,6 +1,6 @@
 /* The root's whole-model JSON files: tensors.json (every tensor in one
  * array; its densities need the statistics, so it is rendered when first
- * opened, its size fixed at mount) and config.json (a Hugging Face config,
+ * opened, its size fixed before) and config.json (a Hugging Face config,
  * for the architectures it knows, rendered at mount). */
 #include "internal.h"
 
@@ -30,11 +30,10 @@ static struct json_object *tensor_json(const struct tbm_tensor *t,
     json_object_object_add(o, "nm", json_object_new_string(nm));
     json_object_object_add(o, "num_weights",
                            hdr ? json_object_new_uint64(t->hdr.num_weights) : NULL);
-    /* header.json's density: kept over num_weights, once statistics are known */
+    /* header.json's density, once statistics are known */
     bool known = st && st->known;
-    double density =
-        known && t->hdr.num_weights ? (double)st->counts.kept / (double)t->hdr.num_weights : 0;
-    json_object_object_add(o, "density", known ? json_object_new_double(density) : NULL);
+    json_object_object_add(o, "density",
+                           known ? json_object_new_double(tbm_tensor_density(t, st)) : NULL);
     json_object_object_add(o, "problems", json_object_new_uint64(t->problems.count));
     json_object_object_add(
         o, "warnings", json_object_new_uint64(t->warnings.count + (st ? st->warnings.count : 0)));
@@ -116,37 +115,26 @@ static int tensors_doc(const struct tbm_views *v, bool with_stats, char **out, s
  * characters for a null, and a warnings count grown by a digit or two. */
 #define TENSOR_SLACK 32
 
-int tbm_tensors_json_prepare(struct tbm_views *v)
+/* Counted when first asked rather than at mount, without rendering it (a
+ * million tensors take a while). */
+int tbm_tensors_json_size(const struct tbm_views *v, const struct tbm_row *row, size_t t,
+                          uint64_t *size)
 {
-    atomic_store(&v->tensors_json_size, 0);
-    return 0;
-}
-
-/* Counted when first asked rather than at mount; threads that ask at once
- * count the same bytes. */
-int tbm_tensors_json_size(const struct tbm_views *v, size_t t, uint64_t *size)
-{
-    struct tbm_views *mv = (struct tbm_views *)v;
     size_t total;
-
-    (void)t;
-    if ((*size = atomic_load(&mv->tensors_json_size)))
-        return 0;
     int r = tensors_text(v, false, NULL, &total);
+
+    (void)row, (void)t;
     if (r < 0)
         return r;
     *size = total + TENSOR_SLACK * (uint64_t)v->model->ntensors + 64;
-    atomic_store(&mv->tensors_json_size, *size);
     return 0;
 }
 
-int tbm_tensors_json_render(const struct tbm_views *v, size_t t, char **out, size_t *len)
+int tbm_tensors_json_render(const struct tbm_views *v, const struct tbm_row *row, size_t t,
+                            char **out, size_t *len)
 {
-    (void)t;
-    uint64_t size;
-    int r = tbm_tensors_json_size(v, 0, &size);
-
-    return r < 0 ? r : tbm_lazy_doc_render_lines(v, tensors_doc, size, out, len);
+    (void)row, (void)t;
+    return tbm_lazy_doc_render(v, tensors_doc, out, len);
 }
 
 /* The Hugging Face class of an architecture config.json knows, or NULL. */
@@ -184,7 +172,6 @@ static const char *torch_dtype(const struct tbm_model *m)
     return best < 0 ? "float32" : names[best];
 }
 
-/* config.json is a few hundred bytes that never change: rendered once. */
 static int config_json_render(const struct tbm_views *v, char **out, size_t *len)
 {
     static const char *const keys[][2] = {
@@ -219,35 +206,20 @@ static int config_json_render(const struct tbm_views *v, char **out, size_t *len
     return r;
 }
 
-bool tbm_config_json_present(const struct tbm_views *v)
+bool tbm_config_json_present(const struct tbm_views *v, const struct tbm_row *row)
 {
+    (void)row;
     return hf_class(v->model->architecture) != NULL;
 }
 
-int tbm_config_json_prepare(struct tbm_views *v)
+/* Rendered once, at mount: a few hundred bytes that never change. */
+int tbm_config_json_prepare(const struct tbm_views *v, const struct tbm_row *row, void **state)
 {
-    if (!tbm_config_json_present(v))
+    char *doc;
+    size_t len;
+
+    if (!tbm_config_json_present(v, row))
         return 0;
-    return config_json_render(v, &v->config_json, &v->config_json_len);
-}
-
-void tbm_config_json_free(struct tbm_views *v)
-{
-    free(v->config_json);
-    v->config_json = NULL;
-}
-
-int tbm_config_json_size(const struct tbm_views *v, size_t t, uint64_t *size)
-{
-    (void)t;
-    *size = v->config_json_len;
-    return 0;
-}
-
-int tbm_config_json_read(const struct tbm_views *v, size_t t, char *buf, uint64_t off, size_t len,
-                         size_t *got)
-{
-    (void)t;
-    tbm_copy_range(buf, off, len, v->config_json, v->config_json_len, got);
-    return 0;
+    int r = config_json_render(v, &doc, &len);
+    return r < 0 ? r : tbm_buffer_new(doc, len, doc, state);
 }

@@ -1,5 +1,6 @@
-/* Padding of documents whose size is fixed at mount before their figures
- * are known: spaces at the ends of lines, where a terminal shows none. */
+/* Documents whose size is fixed before their figures are known: the bound
+ * on their size, and the padding to it (spaces at the ends of lines, where
+ * a terminal shows none). */
 #include "internal.h"
 
 #include <assert.h>
@@ -66,12 +67,22 @@ int tbm_pad_lines(char **doc, size_t *len, uint64_t size)
     return 0;
 }
 
-int tbm_lazy_doc_render_lines(const struct tbm_views *v, tbm_doc_fn doc, uint64_t size, char **out,
-                              size_t *len)
+int tbm_lazy_doc_size(const struct tbm_views *v, tbm_doc_fn doc, uint64_t slack, uint64_t *size)
 {
-    int r;
+    char *text;
+    size_t len;
+    int r = doc(v, false, &text, &len);
 
-    if ((r = tbm_model_compute_stats(v->model)) < 0 || (r = doc(v, true, out, len)) < 0)
+    if (r < 0)
         return r;
-    return tbm_pad_lines(out, len, size);
+    free(text);
+    *size = len + slack;
+    return 0;
+}
+
+int tbm_lazy_doc_render(const struct tbm_views *v, tbm_doc_fn doc, char **out, size_t *len)
+{
+    int r = tbm_model_compute_stats(v->model);
+
+    return r < 0 ? r : doc(v, true, out, len);
 }

@@ -1,21 +1,21 @@
 /* raw.tb, weights.bin and mask.bin: byte ranges of the source, served as
- * stored once validation has found them sound. */
+ * stored once validation has found them sound. The row's arg names the
+ * part of the blob. */
 #include "internal.h"
 
-const struct tbm_region *tbm_raw_region(const struct tbm_views *v, size_t t, uint64_t *skip)
+const struct tbm_region *tbm_part_region(const struct tbm_views *v, const struct tbm_row *row,
+                                         size_t t, uint64_t *skip)
 {
-    *skip = 0;
-    return &v->model->tensors[t].raw;
-}
+    const struct tbm_tensor *tensor = &v->model->tensors[t];
 
-const struct tbm_region *tbm_weights_region(const struct tbm_views *v, size_t t, uint64_t *skip)
-{
     *skip = 0;
-    return &v->model->tensors[t].weights;
-}
-
-const struct tbm_region *tbm_mask_region(const struct tbm_views *v, size_t t, uint64_t *skip)
-{
-    *skip = 0;
-    return &v->model->tensors[t].mask;
+    switch (*(const enum tbm_blob_part *)row->arg) {
+    case TBM_PART_RAW:
+        return &tensor->raw;
+    case TBM_PART_WEIGHTS:
+        return &tensor->weights;
+    case TBM_PART_MASK:
+        break;
+    }
+    return &tensor->mask;
 }

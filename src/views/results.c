@@ -1,9 +1,9 @@
-/* Rendered content shared by every open: a view whose rows say so (the
- * self-tests, the statistics, the pictures) is rendered once per mount, when
- * first opened, and every later open, and every open that waited for that
- * run, reads the same immutable bytes, held once however many descriptors
- * are open. A reader can thus neither make the daemon compute a result
- * twice nor multiply the memory it holds. */
+/* Rendered content shared by every open: a rendered row's file (the JSON
+ * documents, the self-tests, the statistics, the pictures) is rendered once
+ * per mount, when first opened, and every later open, and every open that
+ * waited for that run, reads the same immutable bytes, held once however
+ * many descriptors are open. A reader can thus neither make the daemon
+ * compute a result twice nor multiply the memory it holds. */
 #include "internal.h"
 
 #include <pthread.h>
@@ -19,7 +19,7 @@ struct tbm_result {
 /* One cached result: its key, whether it is being rendered, and its place
  * in the eviction order of the results that may be rendered again. */
 struct entry {
-    const struct tbm_file_kind *row;
+    const struct tbm_row *row;
     size_t t;
     bool running;
     struct tbm_result *result; /* NULL while running */
@@ -114,12 +114,12 @@ void tbm_results_free(struct tbm_views *v)
     free(c);
 }
 
-static size_t bucket(const struct tbm_file_kind *row, size_t t)
+static size_t bucket(const struct tbm_row *row, size_t t)
 {
     return ((uintptr_t)row / sizeof(void *) * 31 + t * 0x9E3779B97F4A7C15ull) % BUCKETS;
 }
 
-static struct entry **find(struct tbm_results *c, const struct tbm_file_kind *row, size_t t)
+static struct entry **find(struct tbm_results *c, const struct tbm_row *row, size_t t)
 {
     struct entry **p = &c->buckets[bucket(row, t)];
 
@@ -174,7 +174,7 @@ static void evict(struct tbm_results *c)
     }
 }
 
-bool tbm_results_ready(const struct tbm_views *v, const struct tbm_file_kind *row, size_t t)
+bool tbm_results_ready(const struct tbm_views *v, const struct tbm_row *row, size_t t)
 {
     struct tbm_results *c = v->results;
 
@@ -185,7 +185,7 @@ bool tbm_results_ready(const struct tbm_views *v, const struct tbm_file_kind *ro
     return ready;
 }
 
-int tbm_results_get(const struct tbm_views *v, const struct tbm_file_kind *row, size_t t,
+int tbm_results_get(const struct tbm_views *v, const struct tbm_row *row, size_t t,
                     struct tbm_result **out)
 {
     struct tbm_results *c = v->results;
@@ -220,7 +220,7 @@ int tbm_results_get(const struct tbm_views *v, const struct tbm_file_kind *row, 
     *slot = e;
     pthread_mutex_unlock(&c->lock);
 
-    r = row->render(v, t, &doc, &len);
+    r = tbm_row_render(v, row, t, &doc, &len);
     struct tbm_result *res = r < 0 ? NULL : tbm_result_new(doc, len);
     if (r == 0)
         free(doc);

@@ -235,6 +235,16 @@ cleanup:
     return r;
 }
 
+static void layout_free(struct tbm_safetensors *st)
+{
+    if (!st)
+        return;
+    free(st->pieces);
+    free(st->head);
+    free((void *)st->clean);
+    free(st);
+}
+
 static int layout_build(const struct tbm_views *v, struct tbm_safetensors **out)
 {
     size_t n = v->model->ntensors ? v->model->ntensors : 1;
@@ -254,58 +264,59 @@ static int layout_build(const struct tbm_views *v, struct tbm_safetensors **out)
     st = NULL;
 cleanup:
     free(keep);
-    if (st) {
-        free(st->pieces);
-        free(st->head);
-        free((void *)st->clean);
-        free(st);
-    }
+    layout_free(st);
     return r;
 }
 
-/* One build of the layout whatever the number of threads asking at once. */
-static pthread_mutex_t layout_lock = PTHREAD_MUTEX_INITIALIZER;
+/* The row's state: the layout, built when first needed (its size, a read,
+ * model.json's notes), once whatever the number of threads asking at once:
+ * a mount does not wait for the header of a million tensors. */
+struct lazy_layout {
+    pthread_mutex_t lock;
+    struct tbm_safetensors *_Atomic layout;
+};
 
-/* The layout, built when first needed (its size, a read, model.json's
- * notes): a mount does not wait for the header of a million tensors. NULL
- * when out of memory. */
-static const struct tbm_safetensors *layout(const struct tbm_views *v)
+int tbm_safetensors_prepare(const struct tbm_views *v, const struct tbm_row *row, void **state)
 {
-    struct tbm_views *mv = (struct tbm_views *)v;
-    struct tbm_safetensors *st = __atomic_load_n(&mv->safetensors, __ATOMIC_ACQUIRE);
+    struct lazy_layout *l = calloc(1, sizeof(*l));
 
-    if (st)
-        return st;
-    pthread_mutex_lock(&layout_lock);
-    st = __atomic_load_n(&mv->safetensors, __ATOMIC_ACQUIRE);
-    if (!st && layout_build(v, &st) == 0)
-        __atomic_store_n(&mv->safetensors, st, __ATOMIC_RELEASE);
-    pthread_mutex_unlock(&layout_lock);
-    return st;
-}
-
-int tbm_safetensors_init(struct tbm_views *v)
-{
-    /* built by layout() when first needed */
-    v->safetensors = NULL;
+    (void)v, (void)row;
+    *state = l;
+    if (!l)
+        return TBM_ERR_NOMEM;
+    pthread_mutex_init(&l->lock, NULL);
     return 0;
 }
 
-void tbm_safetensors_free(struct tbm_views *v)
+void tbm_safetensors_free(void *state)
 {
-    struct tbm_safetensors *st = v->safetensors;
+    struct lazy_layout *l = state;
 
-    if (!st)
-        return;
-    free(st->pieces);
-    free(st->head);
-    free((void *)st->clean);
-    free(st);
+    layout_free(atomic_load(&l->layout));
+    pthread_mutex_destroy(&l->lock);
+    free(l);
 }
 
-int tbm_safetensors_size(const struct tbm_views *v, size_t t, uint64_t *size)
+/* The layout; NULL when out of memory. */
+static const struct tbm_safetensors *layout(const struct tbm_views *v, const struct tbm_row *row)
 {
-    const struct tbm_safetensors *st = layout(v);
+    struct lazy_layout *l = tbm_row_state(v, row);
+    struct tbm_safetensors *st = atomic_load_explicit(&l->layout, memory_order_acquire);
+
+    if (st)
+        return st;
+    pthread_mutex_lock(&l->lock);
+    st = atomic_load_explicit(&l->layout, memory_order_acquire);
+    if (!st && layout_build(v, &st) == 0)
+        atomic_store_explicit(&l->layout, st, memory_order_release);
+    pthread_mutex_unlock(&l->lock);
+    return st;
+}
+
+int tbm_safetensors_size(const struct tbm_views *v, const struct tbm_row *row, size_t t,
+                         uint64_t *size)
+{
+    const struct tbm_safetensors *st = layout(v, row);
 
     (void)t;
     if (!st)
@@ -314,19 +325,20 @@ int tbm_safetensors_size(const struct tbm_views *v, size_t t, uint64_t *size)
     return st->too_big ? TBM_ERR_PROBLEM : 0;
 }
 
-bool tbm_safetensors_present(const struct tbm_views *v)
+bool tbm_safetensors_present(const struct tbm_views *v, const struct tbm_row *row)
 {
-    const struct tbm_safetensors *st = layout(v);
+    const struct tbm_safetensors *st = layout(v, row);
 
     return !st || !st->too_big;
 }
 
-int tbm_safetensors_notes(const struct tbm_views *v, struct json_object *missing,
-                          struct json_object *notes)
+int tbm_safetensors_notes(const struct tbm_views *v, const struct tbm_row *row,
+                          struct json_object *missing, struct json_object *notes, bool *expected)
 {
-    const struct tbm_safetensors *st = layout(v);
+    const struct tbm_safetensors *st = layout(v, row);
     char line[256];
 
+    (void)expected;
     if (!st)
         return TBM_ERR_NOMEM;
     if (st->too_big) {
@@ -507,10 +519,10 @@ static int tensor_bytes(enum tbm_isa isa, const struct tbm_tensor *t, char *buf,
     return mask_steps(isa, t, s, buf, b0, len, pos, sw);
 }
 
-int tbm_safetensors_read(const struct tbm_views *v, size_t t, char *buf, uint64_t off, size_t len,
-                         size_t *got)
+int tbm_safetensors_read(const struct tbm_views *v, const struct tbm_row *row, size_t t, char *buf,
+                         uint64_t off, size_t len, size_t *got)
 {
-    const struct tbm_safetensors *st = layout(v);
+    const struct tbm_safetensors *st = layout(v, row);
     size_t done = 0;
 
     (void)t;
@@ -552,10 +564,10 @@ static bool found_clean(const struct tbm_safetensors *st, uint64_t off, size_t l
     return true;
 }
 
-int tbm_safetensors_span(const struct tbm_views *v, size_t t, uint64_t off, size_t len,
-                         struct tbm_span *out)
+int tbm_safetensors_span(const struct tbm_views *v, const struct tbm_row *row, size_t t,
+                         uint64_t off, size_t len, struct tbm_span *out)
 {
-    const struct tbm_safetensors *st = layout(v);
+    const struct tbm_safetensors *st = layout(v, row);
 
     (void)t;
     *out = (struct tbm_span){0};

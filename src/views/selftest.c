@@ -1,4 +1,4 @@
-/* The self-test views: each N:M tensor multiplied by a fixed pseudo-random
+/* The self-test files: each N:M tensor multiplied by a fixed pseudo-random
  * matrix with the sparse kernel and with OpenBLAS on the dense expansion,
  * compared and timed. Content is produced when the file is opened. */
 #include "internal.h"
@@ -335,7 +335,8 @@ static int selftest_doc(const struct tbm_views *v, const struct tbm_tensor *t,
 /* A tensor's selftest has its size before it runs (tar and rsync trust
  * stat): the JSON of its result as planned, and room for the figures when
  * the products are to run. */
-int tbm_selftest_size(const struct tbm_views *v, size_t i, uint64_t *size)
+int tbm_selftest_size(const struct tbm_views *v, const struct tbm_row *row, size_t i,
+                      uint64_t *size)
 {
     struct result plan;
     bool runs = selftest_plan(v, &v->model->tensors[i], TENSOR_BUDGET, &plan);
@@ -343,6 +344,7 @@ int tbm_selftest_size(const struct tbm_views *v, size_t i, uint64_t *size)
     size_t len;
     int r = selftest_doc(v, &v->model->tensors[i], &plan, &doc, &len);
 
+    (void)row;
     if (r < 0)
         return r;
     free(doc);
@@ -350,17 +352,15 @@ int tbm_selftest_size(const struct tbm_views *v, size_t i, uint64_t *size)
     return 0;
 }
 
-int tbm_selftest_render(const struct tbm_views *v, size_t i, char **out, size_t *len)
+int tbm_selftest_render(const struct tbm_views *v, const struct tbm_row *row, size_t i, char **out,
+                        size_t *len)
 {
     const struct tbm_tensor *t = &v->model->tensors[i];
     struct result res;
-    uint64_t size;
     int r = selftest_tensor(v, t, TENSOR_BUDGET, &res);
 
-    if (r < 0 || (r = tbm_selftest_size(v, i, &size)) < 0 ||
-        (r = selftest_doc(v, t, &res, out, len)) < 0)
-        return r;
-    return tbm_pad_lines(out, len, size);
+    (void)row;
+    return r < 0 ? r : selftest_doc(v, t, &res, out, len);
 }
 
 struct report {
@@ -485,25 +485,27 @@ static int report_line(const struct tbm_views *v, struct report *rep, const stru
 
 /* The root report's size, fixed at mount: each tensor's line at its widest,
  * and the summary. */
-int tbm_selftest_report_size(const struct tbm_views *v, size_t unused, uint64_t *size)
+int tbm_selftest_report_size(const struct tbm_views *v, const struct tbm_row *row, size_t t,
+                             uint64_t *size)
 {
     uint64_t total = summary_width(v) + 1;
 
-    (void)unused;
+    (void)row, (void)t;
     for (size_t i = 0; i < v->model->ntensors; i++)
         total += line_width(v, &v->model->tensors[i]) + 1;
     *size = total;
     return 0;
 }
 
-int tbm_selftest_report_render(const struct tbm_views *v, size_t unused, char **out, size_t *len)
+int tbm_selftest_report_render(const struct tbm_views *v, const struct tbm_row *row, size_t t,
+                               char **out, size_t *len)
 {
     struct report rep = {0};
     size_t counts[3] = {0, 0, 0};
     struct result res;
     int r = 0;
 
-    (void)unused;
+    (void)row, (void)t;
     for (size_t i = 0; i < v->model->ntensors && r == 0; i++) {
         const struct tbm_tensor *t = &v->model->tensors[i];
         if (atomic_load(&v->selftests->stopping))
@@ -513,14 +515,11 @@ int tbm_selftest_report_render(const struct tbm_views *v, size_t unused, char **
     }
     if (r == 0)
         r = report_bounded(&rep, summary_width(v), SUMMARY_FMT, counts[0], counts[1], counts[2]);
-    uint64_t size;
-    if (r == 0)
-        r = tbm_selftest_report_size(v, 0, &size);
     if (r < 0) {
         free(rep.buf);
         return r;
     }
     *out = rep.buf;
     *len = rep.len;
-    return tbm_pad_lines(out, len, size);
+    return 0;
 }

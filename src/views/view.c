@@ -1,4 +1,4 @@
-/* The view table: every file kind of the tree is one row below, and the
+/* The view table: every file of the tree is one row below, and the
  * functions that serve any row by what the row says. */
 #include "internal.h"
 
@@ -9,165 +9,177 @@
 #include <string.h>
 
 /* Listing order within each place is the order of the rows. */
-static const struct tbm_file_kind table[] = {
+static const struct tbm_row table[] = {
     {
         .name = "index.json",
-        .place = TBM_VIEW_ROOT,
-        .bytes = TBM_BYTES_COMPUTED,
-        .size = tbm_index_json_size,
-        .read = tbm_index_json_read,
+        .place = TBM_ROW_ROOT,
+        .bytes = TBM_BYTES_BUFFER,
+        .prepare = tbm_index_json_prepare,
+        .free = tbm_buffer_free,
     },
     {
         .name = "model.json",
-        .place = TBM_VIEW_ROOT,
+        .place = TBM_ROW_ROOT,
         .bytes = TBM_BYTES_RENDERED,
         .size = tbm_model_json_size,
         .render = tbm_model_json_render,
-        .prepare = tbm_model_json_prepare,
+        .padded = true,
     },
     {
         .name = "selftest",
-        .place = TBM_VIEW_ROOT,
+        .place = TBM_ROW_ROOT,
         .bytes = TBM_BYTES_RENDERED,
         .size = tbm_selftest_report_size,
         .render = tbm_selftest_report_render,
-        /* the lock and stop flag of every self-test, the tensors' too */
-        .prepare = tbm_selftests_init,
-        .free = tbm_selftests_free,
+        .padded = true,
         .slow = true,
     },
     {
         .name = "tensors.json",
-        .place = TBM_VIEW_ROOT,
+        .place = TBM_ROW_ROOT,
         .bytes = TBM_BYTES_RENDERED,
         .size = tbm_tensors_json_size,
         .render = tbm_tensors_json_render,
-        .prepare = tbm_tensors_json_prepare,
+        .padded = true,
     },
     {
         .name = "model.safetensors",
-        .place = TBM_VIEW_ROOT,
+        .place = TBM_ROW_ROOT,
         .bytes = TBM_BYTES_COMPUTED,
+        .prepare = tbm_safetensors_prepare,
+        .free = tbm_safetensors_free,
+        .present = tbm_safetensors_present,
         .size = tbm_safetensors_size,
         .read = tbm_safetensors_read,
         .span = tbm_safetensors_span,
-        .present = tbm_safetensors_present,
-        .prepare = tbm_safetensors_init,
-        .free = tbm_safetensors_free,
+        .notes = tbm_safetensors_notes,
     },
     {
         .name = "config.json",
-        .place = TBM_VIEW_ROOT,
-        .bytes = TBM_BYTES_COMPUTED,
-        .size = tbm_config_json_size,
-        .read = tbm_config_json_read,
-        .present = tbm_config_json_present,
+        .place = TBM_ROW_ROOT,
+        .bytes = TBM_BYTES_BUFFER,
         .prepare = tbm_config_json_prepare,
-        .free = tbm_config_json_free,
+        .free = tbm_buffer_free,
+        .present = tbm_config_json_present,
     },
     {
         .name = "model.gguf",
-        .place = TBM_VIEW_ROOT,
+        .place = TBM_ROW_ROOT,
         .bytes = TBM_BYTES_COMPUTED,
+        .arg = &tbm_gguf_stored,
+        .prepare = tbm_gguf_prepare,
+        .free = tbm_gguf_free,
+        .present = tbm_gguf_present,
         .size = tbm_gguf_size,
         .read = tbm_gguf_read,
         .span = tbm_gguf_span,
-        .present = tbm_gguf_present,
-        .prepare = tbm_gguf_init,
-        .free = tbm_gguf_free,
+        .notes = tbm_gguf_notes,
     },
     {
         .name = "model.Q8_0.gguf",
-        .place = TBM_VIEW_ROOT,
+        .place = TBM_ROW_ROOT,
         .bytes = TBM_BYTES_COMPUTED,
-        .size = tbm_gguf_q8_0_size,
-        .read = tbm_gguf_q8_0_read,
+        .arg = &tbm_gguf_q8_0,
+        .prepare = tbm_gguf_prepare,
+        .free = tbm_gguf_free,
         .present = tbm_gguf_present,
+        .size = tbm_gguf_size,
+        .read = tbm_gguf_read,
+        .span = tbm_gguf_span,
+        .notes = tbm_gguf_notes,
     },
     {
         .name = "raw.tb",
-        .place = TBM_VIEW_TENSOR,
+        .place = TBM_ROW_TENSOR,
         .bytes = TBM_BYTES_SOURCE,
-        .region = tbm_raw_region,
+        .arg = &(const enum tbm_blob_part){TBM_PART_RAW},
+        .region = tbm_part_region,
     },
     {
         .name = "header.json",
-        .place = TBM_VIEW_TENSOR,
+        .place = TBM_ROW_TENSOR,
         .bytes = TBM_BYTES_RENDERED,
-        .sizing = TBM_SIZE_CACHED,
         .size = tbm_header_json_size,
         .render = tbm_header_json_render,
+        .padded = true,
         /* up to megabytes (a name or index entry may be that long): once
-         * per mount, not per open descriptor */
+         * per mount, not per open descriptor, and dropped when the cache
+         * is full */
         .evictable = true,
     },
     {
         .name = "weights.bin",
-        .place = TBM_VIEW_TENSOR,
+        .place = TBM_ROW_TENSOR,
         .bytes = TBM_BYTES_SOURCE,
-        .region = tbm_weights_region,
+        .arg = &(const enum tbm_blob_part){TBM_PART_WEIGHTS},
+        .region = tbm_part_region,
     },
     {
         .name = "mask.bin",
-        .place = TBM_VIEW_TENSOR,
+        .place = TBM_ROW_TENSOR,
         .bytes = TBM_BYTES_SOURCE,
-        .region = tbm_mask_region,
+        .arg = &(const enum tbm_blob_part){TBM_PART_MASK},
+        .region = tbm_part_region,
     },
     {
         .name = "dense.f32",
-        .place = TBM_VIEW_TENSOR,
+        .place = TBM_ROW_TENSOR,
         .bytes = TBM_BYTES_SOURCE,
-        .region = tbm_f32_region,
-        .size = tbm_f32_size,
-        .read = tbm_f32_read,
+        .arg = &(const bool){false}, /* no .npy header */
         .servable = tbm_dense_servable,
+        .region = tbm_dense_region,
+        .size = tbm_dense_size,
+        .read = tbm_dense_read,
     },
     {
         .name = "dense.npy",
-        .place = TBM_VIEW_TENSOR,
+        .place = TBM_ROW_TENSOR,
         .bytes = TBM_BYTES_SOURCE,
-        .region = tbm_npy_region,
-        .size = tbm_npy_size,
-        .read = tbm_npy_read,
+        .arg = &(const bool){true},
         .servable = tbm_dense_servable,
+        .region = tbm_dense_region,
+        .size = tbm_dense_size,
+        .read = tbm_dense_read,
     },
     {
         .name = "selftest",
-        .place = TBM_VIEW_TENSOR,
+        .place = TBM_ROW_TENSOR,
         .bytes = TBM_BYTES_RENDERED,
-        .sizing = TBM_SIZE_CACHED,
-        .cache = 1,
         .size = tbm_selftest_size,
         .render = tbm_selftest_render,
+        .padded = true,
         .slow = true,
     },
     {
         .name = "stats.json",
-        .place = TBM_VIEW_TENSOR,
+        .place = TBM_ROW_TENSOR,
         .bytes = TBM_BYTES_RENDERED,
+        .servable = tbm_dense_servable,
         .size = tbm_stats_json_size,
         .render = tbm_stats_json_render,
-        .servable = tbm_dense_servable,
+        .padded = true,
         .slow = true,
         .evictable = true,
     },
     {
         .name = "mask.png",
-        .place = TBM_VIEW_TENSOR,
+        .place = TBM_ROW_TENSOR,
         .bytes = TBM_BYTES_RENDERED,
-        .size = tbm_png_view_size,
-        .render = tbm_mask_png_render,
+        .arg = &(const enum tbm_picture){TBM_PICTURE_MASK},
         .servable = tbm_dense_servable,
+        .size = tbm_picture_size,
+        .render = tbm_picture_render,
         .slow = true,
         .evictable = true,
     },
     {
         .name = "weights.png",
-        .place = TBM_VIEW_TENSOR,
+        .place = TBM_ROW_TENSOR,
         .bytes = TBM_BYTES_RENDERED,
-        .size = tbm_png_view_size,
-        .render = tbm_weights_png_render,
+        .arg = &(const enum tbm_picture){TBM_PICTURE_WEIGHTS},
         .servable = tbm_dense_servable,
+        .size = tbm_picture_size,
+        .render = tbm_picture_render,
         .slow = true,
         .evictable = true,
     },
@@ -175,7 +187,26 @@ static const struct tbm_file_kind table[] = {
 
 #define ROWS (sizeof(table) / sizeof(table[0]))
 
-int tbm_views_open(const struct tbm_model *model, const struct tbm_view_options *opts,
+/* What the table keeps for a row while the views are open. */
+struct tbm_row_slot {
+    void *state; /* made by the row's prepare */
+    /* a padded row's size per tensor (one for a root row) plus one, once
+     * known (0: not yet): stat must not render it every time */
+    _Atomic uint64_t *sizes;
+};
+
+static size_t row_index(const struct tbm_row *row)
+{
+    assert(row >= table && row < table + ROWS);
+    return (size_t)(row - table);
+}
+
+void *tbm_row_state(const struct tbm_views *v, const struct tbm_row *row)
+{
+    return v->slots[row_index(row)].state;
+}
+
+int tbm_views_open(const struct tbm_model *model, const struct tbm_views_options *opts,
                    struct tbm_views **out)
 {
     uint32_t batch = opts && opts->selftest_batch ? opts->selftest_batch : TBM_BATCH_DEFAULT;
@@ -188,13 +219,17 @@ int tbm_views_open(const struct tbm_model *model, const struct tbm_view_options 
         return r;
     v->model = model;
     v->batch = batch;
-    for (int k = 0; k < 2; k++)
-        v->rendered_sizes[k] = calloc(model->ntensors ? model->ntensors : 1, sizeof(uint64_t));
-    if (!v->rendered_sizes[0] || !v->rendered_sizes[1] || (r = tbm_results_init(v)) < 0)
+    if (!(v->slots = calloc(ROWS, sizeof(*v->slots))) || (r = tbm_results_init(v)) < 0 ||
+        (r = tbm_selftests_init(v)) < 0)
         goto out_err;
-    for (size_t i = 0; i < ROWS; i++)
-        if (table[i].prepare && (r = table[i].prepare(v)) < 0)
+    for (size_t i = 0; i < ROWS; i++) {
+        size_t n = table[i].place == TBM_ROW_TENSOR && model->ntensors ? model->ntensors : 1;
+        r = TBM_ERR_NOMEM;
+        if (table[i].padded && !(v->slots[i].sizes = calloc(n, sizeof(uint64_t))))
             goto out_err;
+        if (table[i].prepare && (r = table[i].prepare(v, &table[i], &v->slots[i].state)) < 0)
+            goto out_err;
+    }
     *out = v;
     return 0;
 
@@ -208,11 +243,13 @@ void tbm_views_close(struct tbm_views *v)
     if (!v)
         return;
     tbm_results_free(v);
-    for (size_t i = 0; i < ROWS; i++)
-        if (table[i].free)
-            table[i].free(v);
-    free(v->rendered_sizes[0]);
-    free(v->rendered_sizes[1]);
+    tbm_selftests_free(v);
+    for (size_t i = 0; v->slots && i < ROWS; i++) {
+        if (table[i].free && v->slots[i].state)
+            table[i].free(v->slots[i].state);
+        free(v->slots[i].sizes);
+    }
+    free(v->slots);
     free(v);
 }
 
@@ -236,7 +273,7 @@ struct timespec tbm_views_mtime(const struct tbm_views *v)
     return v->model->mtime;
 }
 
-size_t tbm_view_count(enum tbm_view_place place)
+size_t tbm_row_count(enum tbm_row_place place)
 {
     size_t n = 0;
 
@@ -245,7 +282,7 @@ size_t tbm_view_count(enum tbm_view_place place)
     return n;
 }
 
-const struct tbm_file_kind *tbm_view_at(enum tbm_view_place place, size_t i)
+const struct tbm_row *tbm_row_at(enum tbm_row_place place, size_t i)
 {
     for (size_t k = 0; k < ROWS; k++)
         if (table[k].place == place && i-- == 0)
@@ -253,7 +290,7 @@ const struct tbm_file_kind *tbm_view_at(enum tbm_view_place place, size_t i)
     return NULL;
 }
 
-const struct tbm_file_kind *tbm_view_find(enum tbm_view_place place, const char *name)
+const struct tbm_row *tbm_row_find(enum tbm_row_place place, const char *name)
 {
     for (size_t k = 0; k < ROWS; k++)
         if (table[k].place == place && strcmp(table[k].name, name) == 0)
@@ -261,14 +298,14 @@ const struct tbm_file_kind *tbm_view_find(enum tbm_view_place place, const char 
     return NULL;
 }
 
-const char *tbm_view_name(const struct tbm_file_kind *view)
+const char *tbm_row_name(const struct tbm_row *row)
 {
-    return view->name;
+    return row->name;
 }
 
-enum tbm_view_place tbm_view_place(const struct tbm_file_kind *view)
+enum tbm_row_place tbm_row_place(const struct tbm_row *row)
 {
-    return view->place;
+    return row->place;
 }
 
 void tbm_views_source_name(const struct tbm_views *v, size_t t, char *buf, size_t len)
@@ -288,9 +325,42 @@ bool tbm_views_change_report(const struct tbm_views *v, size_t t, char *buf, siz
     return src && tbm_source_take_report(src, buf, len);
 }
 
-int tbm_views_watch_open(const struct tbm_views *v, struct tbm_watch **out)
+struct tbm_views_watch {
+    struct tbm_watch *watch;
+};
+
+int tbm_views_watch_open(const struct tbm_views *v, struct tbm_views_watch **out)
 {
-    return tbm_model_watch_open(v->model, out);
+    struct tbm_views_watch *w = calloc(1, sizeof(*w));
+
+    *out = NULL;
+    if (!w)
+        return TBM_ERR_NOMEM;
+    int r = tbm_model_watch_open(v->model, &w->watch);
+    if (r < 0) {
+        free(w);
+        return r;
+    }
+    *out = w;
+    return 0;
+}
+
+int tbm_views_watch_fd(const struct tbm_views_watch *w)
+{
+    return tbm_watch_fd(w->watch);
+}
+
+size_t tbm_views_watch_read(struct tbm_views_watch *w)
+{
+    return tbm_watch_read(w->watch);
+}
+
+void tbm_views_watch_close(struct tbm_views_watch *w)
+{
+    if (!w)
+        return;
+    tbm_watch_close(w->watch);
+    free(w);
 }
 
 bool tbm_views_stats_ready(const struct tbm_views *v, size_t t)
@@ -298,85 +368,126 @@ bool tbm_views_stats_ready(const struct tbm_views *v, size_t t)
     return tbm_tensor_stats_ready(v->model, t);
 }
 
-bool tbm_view_present(const struct tbm_views *v, const struct tbm_file_kind *view)
+bool tbm_row_present(const struct tbm_views *v, const struct tbm_row *row)
 {
-    return !view->present || view->present(v);
+    return !row->present || row->present(v, row);
 }
 
-bool tbm_view_rendered(const struct tbm_file_kind *view)
+bool tbm_row_rendered(const struct tbm_row *row)
 {
-    return view->bytes == TBM_BYTES_RENDERED;
+    return row->bytes == TBM_BYTES_RENDERED;
 }
 
-bool tbm_view_slow(const struct tbm_file_kind *view)
+bool tbm_row_slow(const struct tbm_row *row)
 {
-    return view->slow;
+    return row->slow;
 }
 
-bool tbm_view_ready(const struct tbm_views *v, const struct tbm_file_kind *view, size_t t)
+bool tbm_row_ready(const struct tbm_views *v, const struct tbm_row *row, size_t t)
 {
-    return view->bytes == TBM_BYTES_RENDERED && tbm_results_ready(v, view, t);
+    return row->bytes == TBM_BYTES_RENDERED && tbm_results_ready(v, row, t);
 }
 
-/* The region of a source view for tensor t, or NULL when it is computed. */
-static const struct tbm_region *
-region_of(const struct tbm_views *v, const struct tbm_file_kind *view, size_t t, uint64_t *skip)
+int tbm_views_notes(const struct tbm_views *v, struct json_object *missing,
+                    struct json_object *notes, bool *expected)
 {
-    *skip = 0;
-    return view->bytes == TBM_BYTES_SOURCE ? view->region(v, t, skip) : NULL;
-}
-
-/* Whether the view can be served: not those of a broken tensor that
- * validation found unsafe. */
-static bool servable(const struct tbm_views *v, const struct tbm_file_kind *view, size_t t)
-{
-    uint64_t skip;
-
-    if (view->servable)
-        return view->servable(v, t);
-    if (view->bytes != TBM_BYTES_SOURCE)
-        return true;
-    return v->model->tensors[t].header_sound && region_of(v, view, t, &skip)->ok;
-}
-
-static int cached_size(const struct tbm_views *v, const struct tbm_file_kind *view, size_t t,
-                       uint64_t *size)
-{
-    _Atomic uint64_t *cache = &v->rendered_sizes[view->cache][t];
-    uint64_t known = atomic_load_explicit(cache, memory_order_relaxed);
-
-    if (known) {
-        *size = known - 1;
-        return 0;
+    *expected = false;
+    for (size_t i = 0; i < ROWS; i++) {
+        int r = table[i].notes ? table[i].notes(v, &table[i], missing, notes, expected) : 0;
+        if (r < 0)
+            return r;
     }
-    int r = view->size(v, t, size);
-    if (r < 0)
-        return r;
-    /* Two threads that race here store the same value. */
-    atomic_store_explicit(cache, *size + 1, memory_order_relaxed);
     return 0;
 }
 
-int tbm_view_size(const struct tbm_views *v, const struct tbm_file_kind *view, size_t t,
-                  uint64_t *size)
+int tbm_json_add_once(struct json_object *arr, const char *line)
 {
+    for (size_t i = 0; i < json_object_array_length(arr); i++)
+        if (strcmp(json_object_get_string(json_object_array_get_idx(arr, i)), line) == 0)
+            return 0;
+    return json_object_array_add(arr, json_object_new_string(line)) < 0 ? TBM_ERR_NOMEM : 0;
+}
+
+/* The region of a source row for tensor t, or NULL when it is computed. */
+static const struct tbm_region *region_of(const struct tbm_views *v, const struct tbm_row *row,
+                                          size_t t, uint64_t *skip)
+{
+    *skip = 0;
+    return row->bytes == TBM_BYTES_SOURCE ? row->region(v, row, t, skip) : NULL;
+}
+
+/* Whether row's file of tensor t can be served: not those of a broken
+ * tensor that validation found unsafe. */
+static bool servable(const struct tbm_views *v, const struct tbm_row *row, size_t t)
+{
+    uint64_t skip;
+
+    if (row->servable)
+        return row->servable(v, t);
+    if (row->bytes != TBM_BYTES_SOURCE)
+        return true;
+    return v->model->tensors[t].header_sound && region_of(v, row, t, &skip)->ok;
+}
+
+/* The size of a servable file, as its row knows it. */
+static int row_size(const struct tbm_views *v, const struct tbm_row *row, size_t t, uint64_t *size)
+{
+    const struct tbm_buffer *b;
     const struct tbm_region *region;
     uint64_t skip;
 
-    *size = 0;
-    if (!servable(v, view, t))
+    if (row->size)
+        return row->size(v, row, t, size);
+    if (row->bytes == TBM_BYTES_BUFFER) {
+        b = tbm_row_state(v, row);
+        *size = b->len;
         return 0;
-    switch (view->sizing) {
-    case TBM_SIZE_CACHED:
-        return cached_size(v, view, t, size);
-    case TBM_SIZE_FN:
-        break;
     }
-    if (view->size)
-        return view->size(v, t, size);
-    region = region_of(v, view, t, &skip);
+    region = region_of(v, row, t, &skip);
     *size = skip + region->len;
     return 0;
+}
+
+/* A padded row's size: known once, then remembered. */
+static int padded_size(const struct tbm_views *v, const struct tbm_row *row, size_t t,
+                       uint64_t *size)
+{
+    _Atomic uint64_t *known = &v->slots[row_index(row)].sizes[row->place == TBM_ROW_TENSOR ? t : 0];
+    uint64_t k = atomic_load_explicit(known, memory_order_relaxed);
+
+    if (k) {
+        *size = k - 1;
+        return 0;
+    }
+    int r = row_size(v, row, t, size);
+    if (r < 0)
+        return r;
+    /* Two threads that race here store the same value. */
+    atomic_store_explicit(known, *size + 1, memory_order_relaxed);
+    return 0;
+}
+
+int tbm_row_size(const struct tbm_views *v, const struct tbm_row *row, size_t t, uint64_t *size)
+{
+    *size = 0;
+    if (!servable(v, row, t))
+        return 0;
+    return row->padded ? padded_size(v, row, t, size) : row_size(v, row, t, size);
+}
+
+int tbm_row_render(const struct tbm_views *v, const struct tbm_row *row, size_t t, char **out,
+                   size_t *len)
+{
+    uint64_t size;
+    int r = row->render(v, row, t, out, len);
+
+    if (r < 0 || !row->padded)
+        return r;
+    if ((r = padded_size(v, row, t, &size)) < 0) {
+        free(*out);
+        return r;
+    }
+    return tbm_pad_lines(out, len, size);
 }
 
 static int read_region(const struct tbm_tensor *tensor, const struct tbm_region *region, char *buf,
@@ -392,19 +503,25 @@ static int read_region(const struct tbm_tensor *tensor, const struct tbm_region 
     return 0;
 }
 
-/* Reads computed or source bytes of a servable view into buf. Computed
- * and source bytes serve this reply alone: the change is checked once,
- * after all of them are read. */
-static int read_bytes(const struct tbm_views *v, const struct tbm_file_kind *view, size_t t,
-                      char *buf, uint64_t off, size_t len, size_t *got)
+/* Reads computed, source or buffer bytes of a servable file into buf.
+ * Computed and source bytes serve this reply alone: the change is checked
+ * once, after all of them are read. */
+static int read_bytes(const struct tbm_views *v, const struct tbm_row *row, size_t t, char *buf,
+                      uint64_t off, size_t len, size_t *got)
 {
+    const struct tbm_buffer *b;
     uint64_t skip;
 
     *got = 0;
+    if (row->bytes == TBM_BYTES_BUFFER) {
+        b = tbm_row_state(v, row);
+        tbm_copy_range(buf, off, len, b->data, b->len, got);
+        return 0;
+    }
     tbm_source_batch_begin();
-    int r = view->read ? view->read(v, t, buf, off, len, got)
-                       : read_region(&v->model->tensors[t], region_of(v, view, t, &skip), buf, off,
-                                     len, got);
+    int r = row->read ? row->read(v, row, t, buf, off, len, got)
+                      : read_region(&v->model->tensors[t], region_of(v, row, t, &skip), buf, off,
+                                    len, got);
     r = tbm_source_batch_end(r);
     if (r < 0)
         *got = 0;
@@ -426,18 +543,18 @@ static int still_inside(struct tbm_source *src, const struct tbm_source_range *r
     return 1;
 }
 
-/* Where up to len bytes at off of a servable view lie as stored in a
- * source: 1 with out (its len 0 past the end of the view), 0 for bytes that
+/* Where up to len bytes at off of a servable file lie as stored in a
+ * source: 1 with out (its len 0 past the end of the file), 0 for bytes that
  * are computed. */
-static int span_of(const struct tbm_views *v, const struct tbm_file_kind *view, size_t t,
-                   uint64_t off, size_t len, struct tbm_span *out)
+static int span_of(const struct tbm_views *v, const struct tbm_row *row, size_t t, uint64_t off,
+                   size_t len, struct tbm_span *out)
 {
     uint64_t skip;
 
     *out = (struct tbm_span){0};
-    if (view->span)
-        return view->span(v, t, off, len, out);
-    const struct tbm_region *r = region_of(v, view, t, &skip);
+    if (row->span)
+        return row->span(v, row, t, off, len, out);
+    const struct tbm_region *r = region_of(v, row, t, &skip);
     if (!r || off < skip)
         return 0;
     off -= skip;
@@ -451,24 +568,24 @@ static int span_of(const struct tbm_views *v, const struct tbm_file_kind *view, 
 
 struct tbm_file {
     const struct tbm_views *v;
-    const struct tbm_file_kind *view;
+    const struct tbm_row *row;
     size_t t;
-    struct tbm_result *result; /* a rendered view's content */
+    struct tbm_result *result; /* a rendered row's content */
 };
 
-int tbm_file_open(const struct tbm_views *v, const struct tbm_file_kind *view, size_t t,
+int tbm_file_open(const struct tbm_views *v, const struct tbm_row *row, size_t t,
                   struct tbm_file **out)
 {
     struct tbm_file *f;
 
     *out = NULL;
-    if (!servable(v, view, t))
+    if (!servable(v, row, t))
         return TBM_ERR_BROKEN;
     if (!(f = calloc(1, sizeof(*f))))
         return TBM_ERR_NOMEM;
-    *f = (struct tbm_file){.v = v, .view = view, .t = t};
-    if (view->bytes == TBM_BYTES_RENDERED) {
-        int r = tbm_results_get(v, view, t, &f->result);
+    *f = (struct tbm_file){.v = v, .row = row, .t = t};
+    if (row->bytes == TBM_BYTES_RENDERED) {
+        int r = tbm_results_get(v, row, t, &f->result);
         if (r < 0) {
             free(f);
             return r;
@@ -503,7 +620,7 @@ static int file_read(struct tbm_file *f, uint64_t off, size_t len, char *buf, un
         out->len = n - start < len ? n - start : len;
         return 0;
     }
-    r = span_of(f->v, f->view, f->t, off, len, &sp);
+    r = span_of(f->v, f->row, f->t, off, len, &sp);
     if (r < 0)
         return r;
     if (r > 0 && sp.len == 0)
@@ -523,7 +640,7 @@ static int file_read(struct tbm_file *f, uint64_t off, size_t len, char *buf, un
             return 0;
         }
     }
-    r = read_bytes(f->v, f->view, f->t, buf, off, len, &got);
+    r = read_bytes(f->v, f->row, f->t, buf, off, len, &got);
     if (r < 0)
         return r;
     out->len = got;
@@ -566,6 +683,27 @@ void tbm_reply_done(struct tbm_reply *reply)
         tbm_source_release(&reply->held);
 }
 
+int tbm_buffer_new(const char *data, size_t len, char *owned, void **state)
+{
+    struct tbm_buffer *b = malloc(sizeof(*b));
+
+    *state = b;
+    if (!b) {
+        free(owned);
+        return TBM_ERR_NOMEM;
+    }
+    *b = (struct tbm_buffer){.data = data, .len = len, .owned = owned};
+    return 0;
+}
+
+void tbm_buffer_free(void *state)
+{
+    struct tbm_buffer *b = state;
+
+    free(b->owned);
+    free(b);
+}
+
 void *tbm_thread_scratch(struct tbm_thread_scratch *ts, size_t size)
 {
     if (!atomic_load_explicit(&ts->made, memory_order_acquire)) {
@@ -594,19 +732,6 @@ void tbm_copy_range(char *buf, uint64_t off, size_t len, const char *src, size_t
     size_t n = srclen - (size_t)off < len ? srclen - (size_t)off : len;
     memcpy(buf, src + off, n);
     *got = n;
-}
-
-int tbm_lazy_doc_size(const struct tbm_views *v, tbm_doc_fn doc, uint64_t slack, uint64_t *size)
-{
-    char *text;
-    size_t len;
-    int r = doc(v, false, &text, &len);
-
-    if (r < 0)
-        return r;
-    free(text);
-    *size = len + slack;
-    return 0;
 }
 
 int tbm_json_dump(struct json_object *obj, char **out, size_t *len)

@@ -51,7 +51,6 @@ static char *value(const struct tbm_views *v, size_t i, int k, size_t *len)
 {
     const struct tbm_tensor *t = &v->model->tensors[i];
     char *s = NULL;
-    uint64_t kept;
     int n = 0;
 
     switch (k) {
@@ -76,9 +75,7 @@ static char *value(const struct tbm_views *v, size_t i, int k, size_t *len)
         }
         break;
     default:
-        kept = tbm_tensor_stats(v->model, i)->counts.kept;
-        n = asprintf(&s, "%.17g",
-                     t->hdr.num_weights ? (double)kept / (double)t->hdr.num_weights : 0.0);
+        n = asprintf(&s, "%.17g", tbm_tensor_density(t, tbm_tensor_stats(v->model, i)));
         break;
     }
     if (n < 0)

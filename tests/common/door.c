@@ -68,7 +68,7 @@ int door_read(struct tbm_file *f, uint64_t off, size_t len, char *dst, enum door
     return r;
 }
 
-int door_read_view(const struct tbm_views *views, const struct tbm_file_kind *view, size_t t,
+int door_read_view(const struct tbm_views *views, const struct tbm_row *view, size_t t,
                    uint64_t off, size_t len, char *dst, enum door_mode mode, size_t *got)
 {
     struct tbm_file *f;

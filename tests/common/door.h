@@ -37,7 +37,7 @@ int door_read(struct tbm_file *f, uint64_t off, size_t len, char *dst, enum door
 
 /* Opens row view of tensor t and reads len bytes at off through it (one
  * open, one read, one close). */
-int door_read_view(const struct tbm_views *views, const struct tbm_file_kind *view, size_t t,
+int door_read_view(const struct tbm_views *views, const struct tbm_row *view, size_t t,
                    uint64_t off, size_t len, char *dst, enum door_mode mode, size_t *got);
 
 /* Puts every source of m behind a holding source: reads, identity and

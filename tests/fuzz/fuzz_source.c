@@ -20,7 +20,7 @@
 #include "tbm/view.h"
 
 /* A row of the view table by place and name. */
-#define VIEW(place, name) tbm_view_find(TBM_VIEW_##place, name)
+#define ROW(place, name) tbm_row_find(TBM_ROW_##place, name)
 
 /* Input layout: byte 0 is the mode, the rest the payload.
  *   bit 0     also open the container bytes as a bare .tb
@@ -286,7 +286,7 @@ static int read_checked(struct tbm_file *f, uint64_t size, uint64_t off, size_t 
 }
 
 /* Whether a view opens: it can be served. */
-static bool servable(const struct tbm_views *v, const struct tbm_file_kind *kind, size_t t)
+static bool servable(const struct tbm_views *v, const struct tbm_row *kind, size_t t)
 {
     struct tbm_file *f;
     int r = tbm_file_open(v, kind, t, &f);
@@ -298,8 +298,7 @@ static bool servable(const struct tbm_views *v, const struct tbm_file_kind *kind
 
 /* A view opens exactly when its reads succeed, and a tensor without
  * problems serves every view; a view that does not open has size 0. */
-static void probe_view(const struct tbm_views *v, const struct tbm_file_kind *kind, size_t t,
-                       bool sound)
+static void probe_view(const struct tbm_views *v, const struct tbm_row *kind, size_t t, bool sound)
 {
     struct tbm_file *f;
     uint64_t size;
@@ -307,7 +306,7 @@ static void probe_view(const struct tbm_views *v, const struct tbm_file_kind *ki
 
     CHECK(r == 0 || r == TBM_ERR_BROKEN);
     CHECK(r == 0 || !sound);
-    CHECK(tbm_view_size(v, kind, t, &size) == 0 && (r == 0 || size == 0));
+    CHECK(tbm_row_size(v, kind, t, &size) == 0 && (r == 0 || size == 0));
     if (r < 0)
         return;
     CHECK(read_checked(f, size, 0, HEAD_READ, 1027) == 0);
@@ -326,37 +325,36 @@ static void check_npy(const struct tbm_views *v, size_t t)
     char nl;
     size_t got, k;
 
-    if (!servable(v, VIEW(TENSOR, "dense.npy"), t))
+    if (!servable(v, ROW(TENSOR, "dense.npy"), t))
         return;
-    CHECK(servable(v, VIEW(TENSOR, "dense.f32"), t));
-    CHECK(tbm_view_size(v, VIEW(TENSOR, "dense.f32"), t, &fsize) == 0);
-    CHECK(tbm_view_size(v, VIEW(TENSOR, "dense.npy"), t, &nsize) == 0);
+    CHECK(servable(v, ROW(TENSOR, "dense.f32"), t));
+    CHECK(tbm_row_size(v, ROW(TENSOR, "dense.f32"), t, &fsize) == 0);
+    CHECK(tbm_row_size(v, ROW(TENSOR, "dense.npy"), t, &nsize) == 0);
     CHECK(nsize > fsize && (nsize - fsize) % 64 == 0 && nsize - fsize <= 10 + 65535);
     uint64_t hlen = nsize - fsize;
-    CHECK(door_read_view(v, VIEW(TENSOR, "dense.npy"), t, 0, 10, (char *)head, DOOR_BYTES, &got) ==
+    CHECK(door_read_view(v, ROW(TENSOR, "dense.npy"), t, 0, 10, (char *)head, DOOR_BYTES, &got) ==
               0 &&
           got == 10);
     CHECK(memcmp(head, "\x93NUMPY\x01\x00", 8) == 0);
     CHECK((uint64_t)(head[8] | head[9] << 8) + 10 == hlen);
-    CHECK(door_read_view(v, VIEW(TENSOR, "dense.npy"), t, hlen - 1, 1, &nl, DOOR_BYTES, &got) ==
-              0 &&
+    CHECK(door_read_view(v, ROW(TENSOR, "dense.npy"), t, hlen - 1, 1, &nl, DOOR_BYTES, &got) == 0 &&
           got == 1);
     CHECK(nl == '\n');
 
     k = fsize < PROBE ? (size_t)fsize : PROBE;
     if (k == 0)
         return;
-    CHECK(door_read_view(v, VIEW(TENSOR, "dense.f32"), t, fsize - k, k, bufa, DOOR_BYTES, &got) ==
+    CHECK(door_read_view(v, ROW(TENSOR, "dense.f32"), t, fsize - k, k, bufa, DOOR_BYTES, &got) ==
               0 &&
           got == k);
-    CHECK(door_read_view(v, VIEW(TENSOR, "dense.npy"), t, nsize - k, k, bufb, DOOR_SPLICE, &got) ==
+    CHECK(door_read_view(v, ROW(TENSOR, "dense.npy"), t, nsize - k, k, bufb, DOOR_SPLICE, &got) ==
               0 &&
           got == k);
     CHECK(memcmp(bufa, bufb, k) == 0);
 }
 
 /* Reads [off, off + len) of a view that must serve all of it. */
-static char *read_range(const struct tbm_views *v, const struct tbm_file_kind *kind, size_t t,
+static char *read_range(const struct tbm_views *v, const struct tbm_row *kind, size_t t,
                         uint64_t off, uint64_t len)
 {
     char *buf = malloc(len + 1);
@@ -387,7 +385,7 @@ static void load_payload(const struct tbm_views *v, const struct tbm_tensor *t, 
     p->wb = t->mask_layout == TBM_MASK_BYTES ? 1 : tbm_mask_word_bytes(p->m);
     p->stored = t->mask_groups;
     p->masked = t->mask_usable;
-    p->weights = read_range(v, VIEW(TENSOR, "weights.bin"), i, first * p->es, count * p->es);
+    p->weights = read_range(v, ROW(TENSOR, "weights.bin"), i, first * p->es, count * p->es);
     p->mask = NULL;
     p->g0 = 0;
     if (!p->masked)
@@ -395,7 +393,7 @@ static void load_payload(const struct tbm_views *v, const struct tbm_tensor *t, 
     p->g0 = first / p->m;
     uint64_t end = (first + count - 1) / p->m + 1;
     end = end < p->stored ? end : p->stored;
-    p->mask = read_range(v, VIEW(TENSOR, "mask.bin"), i, p->g0 * p->wb,
+    p->mask = read_range(v, ROW(TENSOR, "mask.bin"), i, p->g0 * p->wb,
                          end > p->g0 ? (end - p->g0) * p->wb : 0);
 }
 
@@ -482,7 +480,7 @@ static void check_dense_range(const struct tbm_views *v, const struct tbm_tensor
 
     CHECK(mem != NULL);
     load_payload(v, t, i, first, count, &p);
-    CHECK(door_read_view(v, VIEW(TENSOR, "dense.f32"), i, first * 4, count * 4, dense, DOOR_BYTES,
+    CHECK(door_read_view(v, ROW(TENSOR, "dense.f32"), i, first * 4, count * 4, dense, DOOR_BYTES,
                          &got) == 0 &&
           got == count * 4);
     for (uint64_t k = first; k < first + count; k++) {
@@ -534,11 +532,11 @@ static void check_payload(const struct tbm_views *v, const struct tbm_model *m,
 {
     uint64_t nw = t->hdr.num_weights, size;
 
-    if (!servable(v, VIEW(TENSOR, "dense.f32"), i) || nw == 0)
+    if (!servable(v, ROW(TENSOR, "dense.f32"), i) || nw == 0)
         return;
-    CHECK(tbm_view_size(v, VIEW(TENSOR, "weights.bin"), i, &size) == 0 &&
+    CHECK(tbm_row_size(v, ROW(TENSOR, "weights.bin"), i, &size) == 0 &&
           size == nw * tbm_precision_size(t->hdr.precision));
-    CHECK(!t->mask_usable || (tbm_view_size(v, VIEW(TENSOR, "mask.bin"), i, &size) == 0 &&
+    CHECK(!t->mask_usable || (tbm_row_size(v, ROW(TENSOR, "mask.bin"), i, &size) == 0 &&
                               size == t->hdr.num_mask_bytes));
     check_dense_range(v, t, i, 0, nw < HEAD_ELEMENTS ? nw : HEAD_ELEMENTS, false);
     if (nw > DENSE_STEP + 64)
@@ -571,12 +569,12 @@ static bool has_keys(struct json_object *o, const char *const *keys)
     return true;
 }
 
-static struct json_object *read_document(const struct tbm_views *v,
-                                         const struct tbm_file_kind *kind, size_t t)
+static struct json_object *read_document(const struct tbm_views *v, const struct tbm_row *kind,
+                                         size_t t)
 {
     uint64_t size;
 
-    CHECK(tbm_view_size(v, kind, t, &size) == 0);
+    CHECK(tbm_row_size(v, kind, t, &size) == 0);
     if (size > WHOLE_MAX)
         return NULL;
     char *buf = read_range(v, kind, t, 0, size);
@@ -608,7 +606,7 @@ static void check_header_json(const struct tbm_views *v, const struct tbm_tensor
                                        "problems",
                                        "warnings",
                                        NULL};
-    struct json_object *o = read_document(v, VIEW(TENSOR, "header.json"), i);
+    struct json_object *o = read_document(v, ROW(TENSOR, "header.json"), i);
     struct json_object *name, *d, *problems;
 
     if (!o)
@@ -628,7 +626,7 @@ static void check_header_json(const struct tbm_views *v, const struct tbm_tensor
 static void check_model_json(const struct tbm_views *v, const struct tbm_model *m)
 {
     static const char *const keys[] = {"format", "architecture", "config", "kernels", NULL};
-    struct json_object *o = read_document(v, VIEW(ROOT, "model.json"), 0);
+    struct json_object *o = read_document(v, ROW(ROOT, "model.json"), 0);
     struct json_object *count;
 
     if (!o)
@@ -647,8 +645,8 @@ static void check_selftest(const struct tbm_views *v, size_t t)
                                        "sparse_seconds", "dense_seconds", "speedup",   NULL};
     uint64_t size;
 
-    CHECK(tbm_view_size(v, VIEW(TENSOR, "selftest"), t, &size) == 0);
-    char *out = read_range(v, VIEW(TENSOR, "selftest"), t, 0, size);
+    CHECK(tbm_row_size(v, ROW(TENSOR, "selftest"), t, &size) == 0);
+    char *out = read_range(v, ROW(TENSOR, "selftest"), t, 0, size);
     struct json_object *o = parse_document(out, (size_t)size);
     CHECK(has_keys(o, keys));
     json_object_put(o);
@@ -670,19 +668,19 @@ static void check_dirs(const struct tbm_model *m)
 
 static void exercise_views(const struct tbm_views *v, const struct tbm_model *m)
 {
-    for (size_t k = 0; k < tbm_view_count(TBM_VIEW_ROOT); k++) {
-        const struct tbm_file_kind *row = tbm_view_at(TBM_VIEW_ROOT, k);
-        if (tbm_view_present(v, row) && !tbm_view_slow(row))
+    for (size_t k = 0; k < tbm_row_count(TBM_ROW_ROOT); k++) {
+        const struct tbm_row *row = tbm_row_at(TBM_ROW_ROOT, k);
+        if (tbm_row_present(v, row) && !tbm_row_slow(row))
             probe_view(v, row, 0, true);
     }
     check_model_json(v, m);
     if (m->kind == TBM_SOURCE_BLOB)
-        json_object_put(read_document(v, VIEW(ROOT, "index.json"), 0));
+        json_object_put(read_document(v, ROW(ROOT, "index.json"), 0));
     for (size_t i = 0; i < m->ntensors && i < MAX_TENSORS; i++) {
         const struct tbm_tensor *t = &m->tensors[i];
-        for (size_t k = 0; k < tbm_view_count(TBM_VIEW_TENSOR); k++)
-            if (!tbm_view_slow(tbm_view_at(TBM_VIEW_TENSOR, k)))
-                probe_view(v, tbm_view_at(TBM_VIEW_TENSOR, k), i, t->problems.count == 0);
+        for (size_t k = 0; k < tbm_row_count(TBM_ROW_TENSOR); k++)
+            if (!tbm_row_slow(tbm_row_at(TBM_ROW_TENSOR, k)))
+                probe_view(v, tbm_row_at(TBM_ROW_TENSOR, k), i, t->problems.count == 0);
         check_npy(v, i);
         check_header_json(v, t, i);
         check_payload(v, m, t, i);

@@ -85,14 +85,14 @@ static uint64_t splitmix64(uint64_t *s)
  * random offsets; each within the size gives exactly its bytes, read as
  * bytes and again as the seed picks (a range to splice, held pieces). A view
  * that does not open (cannot be served) has size 0. */
-static void read_view(const struct tbm_views *v, const struct tbm_file_kind *view, size_t t,
+static void read_view(const struct tbm_views *v, const struct tbm_row *view, size_t t,
                       uint64_t *seed)
 {
     struct tbm_file *f;
     uint64_t size;
     size_t got, got2;
 
-    if (!tbm_view_present(v, view) || tbm_view_slow(view) || tbm_view_size(v, view, t, &size) < 0)
+    if (!tbm_row_present(v, view) || tbm_row_slow(view) || tbm_row_size(v, view, t, &size) < 0)
         return;
     int st = tbm_file_open(v, view, t, &f);
     CHECK(st == 0 || (st == TBM_ERR_BROKEN && size == 0) || st == TBM_ERR_NOMEM);
@@ -135,12 +135,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     /* blocks of 4 KiB to 64 KiB: a range is held in one or two, or read */
     door_hold_model(m, (size_t)4096 << (seed % 5));
     CHECK(tbm_views_open(m, NULL, &v) == 0);
-    for (size_t k = 0; k < tbm_view_count(TBM_VIEW_ROOT); k++)
-        read_view(v, tbm_view_at(TBM_VIEW_ROOT, k), 0, &seed);
+    for (size_t k = 0; k < tbm_row_count(TBM_ROW_ROOT); k++)
+        read_view(v, tbm_row_at(TBM_ROW_ROOT, k), 0, &seed);
     size_t n = tbm_views_tensor_count(v);
     for (size_t t = 0; t < n && t < MAX_TENSORS; t++)
-        for (size_t k = 0; k < tbm_view_count(TBM_VIEW_TENSOR); k++)
-            read_view(v, tbm_view_at(TBM_VIEW_TENSOR, k), t, &seed);
+        for (size_t k = 0; k < tbm_row_count(TBM_ROW_TENSOR); k++)
+            read_view(v, tbm_row_at(TBM_ROW_TENSOR, k), t, &seed);
     CHECK(door_holds_outstanding() == 0);
     tbm_views_close(v);
     tbm_model_close(m);

@@ -165,10 +165,10 @@ static int teardown(void **state)
 /* The content a row must have for tensor t of the small model, computed
  * from the stored bytes and the specs; NULL (len 0) for JSON rows, which
  * are checked by parsing. */
-static unsigned char *reference(const struct tbm_file_kind *row, size_t t, size_t *len)
+static unsigned char *reference(const struct tbm_row *row, size_t t, size_t *len)
 {
     const struct spec *s = &specs[t];
-    const char *name = tbm_view_name(row);
+    const char *name = tbm_row_name(row);
     const unsigned char *blob = file + s->offset;
     unsigned char *out = NULL;
     bool bytes = true;
@@ -254,9 +254,9 @@ static void check_safetensors(const char *doc, size_t len)
     json_object_put(o);
 }
 
-static void check_json(const struct tbm_file_kind *row, size_t t, const char *doc, size_t len)
+static void check_json(const struct tbm_row *row, size_t t, const char *doc, size_t len)
 {
-    const char *name = tbm_view_name(row);
+    const char *name = tbm_row_name(row);
     struct json_object *o, *v;
 
     if (strcmp(name, "index.json") == 0) {
@@ -318,15 +318,15 @@ static size_t range_step(size_t wlen)
 
 /* Opens row of tensor t and checks what it serves; ref (rlen bytes), when
  * given, is what it must be. Returns its content (NULL when not servable). */
-static char *check_row(const struct tbm_views *v, const struct tbm_file_kind *row, size_t t,
-                       bool sound, size_t *wlen)
+static char *check_row(const struct tbm_views *v, const struct tbm_row *row, size_t t, bool sound,
+                       size_t *wlen)
 {
     struct tbm_file *f;
     uint64_t size, again;
     size_t got;
 
-    assert_int_equal(tbm_view_size(v, row, t, &size), 0);
-    assert_int_equal(tbm_view_size(v, row, t, &again), 0);
+    assert_int_equal(tbm_row_size(v, row, t, &size), 0);
+    assert_int_equal(tbm_row_size(v, row, t, &again), 0);
     assert_int_equal(again, size);
     int r = tbm_file_open(v, row, t, &f);
     if (r == TBM_ERR_BROKEN) {
@@ -345,7 +345,7 @@ static char *check_row(const struct tbm_views *v, const struct tbm_file_kind *ro
     check_range(f, whole, got, 0, got + 1);
     check_range(f, whole, got, got / 3 | 1, got);
     /* every short range of the fast rows: any range is computed on its own */
-    if (!tbm_view_slow(row))
+    if (!tbm_row_slow(row))
         for (size_t off = 0; off <= got + 1; off += range_step(got))
             for (size_t len = 1; len <= 9; len += 4)
                 check_range(f, whole, got, off, len);
@@ -369,32 +369,32 @@ static void small_rows(void **state)
     assert_int_equal(tbm_views_open(m, NULL, &v), 0);
     assert_int_equal(tbm_views_tensor_count(v), NSPECS);
     memset(seen, 0, sizeof(seen));
-    for (size_t k = 0; k < tbm_view_count(TBM_VIEW_ROOT); k++) {
-        const struct tbm_file_kind *row = tbm_view_at(TBM_VIEW_ROOT, k);
-        const char *name = tbm_view_name(row);
+    for (size_t k = 0; k < tbm_row_count(TBM_ROW_ROOT); k++) {
+        const struct tbm_row *row = tbm_row_at(TBM_ROW_ROOT, k);
+        const char *name = tbm_row_name(row);
         /* config.json and the GGUF files are only there for llama and
          * mistral; this is custom */
         bool present = strcmp(name, "config.json") != 0 && strcmp(name, "model.gguf") != 0 &&
                        strcmp(name, "model.Q8_0.gguf") != 0;
-        assert_int_equal(tbm_view_present(v, row), present);
+        assert_int_equal(tbm_row_present(v, row), present);
         if (!present)
             continue;
         char *whole = check_row(v, row, 0, true, &wlen);
         if (strcmp(name, "model.safetensors") == 0)
             check_safetensors(whole, wlen);
-        else if (!tbm_view_slow(row))
+        else if (!tbm_row_slow(row))
             check_json(row, 0, whole, wlen);
         free(whole);
     }
     for (size_t t = 0; t < NSPECS; t++) {
-        for (size_t k = 0; k < tbm_view_count(TBM_VIEW_TENSOR); k++) {
-            const struct tbm_file_kind *row = tbm_view_at(TBM_VIEW_TENSOR, k);
+        for (size_t k = 0; k < tbm_row_count(TBM_ROW_TENSOR); k++) {
+            const struct tbm_row *row = tbm_row_at(TBM_ROW_TENSOR, k);
             char *whole = check_row(v, row, t, t != 3, &wlen);
             unsigned char *ref = whole ? reference(row, t, &reflen) : NULL;
             if (ref) {
                 assert_int_equal(wlen, reflen);
                 assert_memory_equal(whole, ref, reflen);
-            } else if (whole && !tbm_view_slow(row)) {
+            } else if (whole && !tbm_row_slow(row)) {
                 check_json(row, t, whole, wlen);
             }
             free(ref);
@@ -523,10 +523,10 @@ static void llama_rows(void **state)
     door_hold_model(m, HOLD_BLOCK);
     assert_int_equal(tbm_views_open(m, NULL, &v), 0);
     memset(seen, 0, sizeof(seen));
-    for (size_t k = 0; k < tbm_view_count(TBM_VIEW_ROOT); k++) {
-        const struct tbm_file_kind *row = tbm_view_at(TBM_VIEW_ROOT, k);
-        const char *name = tbm_view_name(row);
-        assert_true(tbm_view_present(v, row));
+    for (size_t k = 0; k < tbm_row_count(TBM_ROW_ROOT); k++) {
+        const struct tbm_row *row = tbm_row_at(TBM_ROW_ROOT, k);
+        const char *name = tbm_row_name(row);
+        assert_true(tbm_row_present(v, row));
         size_t before = seen[TBM_REPLY_SPLICE] + seen[TBM_REPLY_HELD];
         char *whole = check_row(v, row, 0, true, &wlen);
         if (strstr(name, ".gguf")) {
@@ -538,8 +538,8 @@ static void llama_rows(void **state)
         free(whole);
     }
     for (size_t t = 0; t < LLAMA_TENSORS; t++)
-        for (size_t k = 0; k < tbm_view_count(TBM_VIEW_TENSOR); k++)
-            free(check_row(v, tbm_view_at(TBM_VIEW_TENSOR, k), t, true, &wlen));
+        for (size_t k = 0; k < tbm_row_count(TBM_ROW_TENSOR); k++)
+            free(check_row(v, tbm_row_at(TBM_ROW_TENSOR, k), t, true, &wlen));
     assert_true(seen[TBM_REPLY_SPLICE] > 0);
     assert_true(seen[TBM_REPLY_HELD] > 0);
     assert_int_equal(door_holds_outstanding(), 0);
@@ -551,15 +551,15 @@ static void llama_rows(void **state)
 static void table_lookups(void **state)
 {
     (void)state;
-    for (int place = TBM_VIEW_ROOT; place <= TBM_VIEW_TENSOR; place++) {
-        size_t n = tbm_view_count((enum tbm_view_place)place);
+    for (int place = TBM_ROW_ROOT; place <= TBM_ROW_TENSOR; place++) {
+        size_t n = tbm_row_count((enum tbm_row_place)place);
         assert_true(n > 0);
         for (size_t k = 0; k < n; k++) {
-            const struct tbm_file_kind *row = tbm_view_at((enum tbm_view_place)place, k);
-            assert_ptr_equal(tbm_view_find((enum tbm_view_place)place, tbm_view_name(row)), row);
+            const struct tbm_row *row = tbm_row_at((enum tbm_row_place)place, k);
+            assert_ptr_equal(tbm_row_find((enum tbm_row_place)place, tbm_row_name(row)), row);
         }
-        assert_null(tbm_view_at((enum tbm_view_place)place, n));
-        assert_null(tbm_view_find((enum tbm_view_place)place, "no-such-file"));
+        assert_null(tbm_row_at((enum tbm_row_place)place, n));
+        assert_null(tbm_row_find((enum tbm_row_place)place, "no-such-file"));
     }
 }
 
