@@ -24,22 +24,4 @@ size_t tbm_name_encode(const char *name, size_t len, char out[TBM_NAME_MAX + 1])
  * Returns its length. */
 size_t tbm_name_dedup(const char *encoded, size_t len, unsigned long n, char out[TBM_NAME_MAX + 1]);
 
-/* Valid UTF-8, whatever the bytes: every file of the tree and every line
- * tbmfs prints is valid UTF-8, though names, paths and strings come from
- * files and command lines that need not be. */
-
-/* Length of the well-formed UTF-8 character at s (len bytes left): 1 to 4,
- * or 0 when the bytes there are not one. */
-size_t tbm_utf8_seq(const char *s, size_t len);
-
-/* The largest cut of s (len bytes) at most max that falls between two
- * characters. */
-size_t tbm_utf8_cut(const char *s, size_t len, size_t max);
-
-/* Writes len bytes of in into out (size bytes, size >= 4), NUL-terminated:
- * control bytes and bytes that are not UTF-8 become %XX, and text that does
- * not fit is cut between characters and ends in "...". Returns the length
- * written. */
-size_t tbm_text_clean(char *out, size_t size, const char *in, size_t len);
-
 #endif

@@ -6,7 +6,7 @@
 
 #include "cli.h"
 #include "tbm/log.h"
-#include "tbm/names.h"
+#include "tbm/text.h"
 #include "tbm/source.h"
 
 /* Prints tensor t's problems or warnings; returns how many. */

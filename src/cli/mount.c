@@ -17,7 +17,7 @@
 #include "cli.h"
 #include "fuse/fs.h"
 #include "tbm/log.h"
-#include "tbm/names.h"
+#include "tbm/text.h"
 #include "tbm/source.h"
 #include "tbm/view.h"
 

@@ -2,7 +2,7 @@
  * index.json synthesized from the header. */
 #include "internal.h"
 
-#include "tbm/names.h"
+#include "tbm/text.h"
 
 #include <stdlib.h>
 #include <string.h>

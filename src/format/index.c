@@ -1,63 +1,12 @@
-/* The index of a container or a manifest: its JSON read and parsed (in
- * slices of its "tensors" array where it can be), and every entry loaded
- * into a tensor record, in parallel spans. */
+/* The index of a container or a manifest loaded: every entry of its parsed
+ * "tensors" array (index_text.c) made a tensor record, in parallel spans;
+ * the records' one allocation and their release. */
 #include "internal.h"
 
-#include <pthread.h>
+#include "base/parallel.h"
+
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
-
-static int too_many(struct tbm_opener *o)
-{
-    return tbm_open_fail(o, TBM_ERR_SOURCE, "%s lists more than %u tensors", o->what,
-                         TBM_INDEX_ENTRIES_MAX);
-}
-
-static int parse_whole(struct tbm_opener *o)
-{
-    const char *why;
-    size_t at, line, column;
-
-    o->root = tbm_json_parse_located(o->m->index_json, o->m->index_json_len, &why, &at);
-    if (o->root)
-        return 0;
-    if (at == SIZE_MAX)
-        return tbm_open_fail(o, TBM_ERR_SOURCE, "%s is not valid JSON: %s", o->what, why);
-    tbm_json_position(o->m->index_json, at, &line, &column);
-    return tbm_open_fail(o, TBM_ERR_SOURCE,
-                         "%s is not valid JSON: %s at byte %zu (line %zu, column %zu)", o->what,
-                         why, at, line, column);
-}
-
-/* An index that is plainly an object with a "tensors" array is parsed in
- * slices of that array (see add_sliced); any other text is parsed whole. */
-int tbm_index_read(struct tbm_opener *o, struct tbm_source *src, uint64_t off, uint64_t len,
-                   const char *what)
-{
-    if (len > TBM_INDEX_MAX)
-        return tbm_open_fail(o, TBM_ERR_SOURCE, "%s is %llu bytes, over the %u MiB limit", what,
-                             (unsigned long long)len, TBM_INDEX_MAX >> 20);
-    char *buf = malloc(len ? len : 1);
-    if (!buf)
-        return tbm_open_fail(o, TBM_ERR_NOMEM, "out of memory reading the %s", what);
-    if (tbm_source_read_full(src, buf, len, off) < 0) {
-        free(buf);
-        return tbm_open_fail(o, TBM_ERR_SOURCE, "cannot read the %s", what);
-    }
-    o->m->index_json = buf;
-    o->m->index_json_len = len;
-    o->what = what;
-    int r = tbm_json_split(buf, len, &o->split);
-    if (r == TBM_ERR_SOURCE)
-        return too_many(o);
-    if (r < 0)
-        return tbm_open_fail(o, TBM_ERR_NOMEM, "out of memory reading the %s", what);
-    if (r > 0 && (o->root = tbm_json_split_root(buf, len, &o->split)))
-        return 0;
-    tbm_json_split_free(&o->split);
-    return parse_whole(o);
-}
 
 static struct json_object *tensors_array(struct tbm_opener *o)
 {
@@ -218,53 +167,6 @@ static int add_tensor(struct tbm_opener *o, struct json_object *entry, size_t i,
     return r;
 }
 
-/* Below this many tensors one thread does the work sooner than several. */
-#define PARALLEL_MIN 4096
-#define PARALLEL_MAX 8
-
-struct span {
-    struct tbm_opener *o;
-    size_t begin, end;
-    int (*fn)(struct tbm_opener *o, size_t begin, size_t end);
-    int status;
-};
-
-static void *run_span(void *arg)
-{
-    struct span *s = arg;
-    s->status = s->fn(s->o, s->begin, s->end);
-    return NULL;
-}
-
-/* Runs fn over [0, n) split into one span per CPU. Each tensor is touched by
- * exactly one span, and the parsed index is only read, so spans share nothing
- * but the allocator. Returns the first span's failure, if any. */
-int tbm_for_each_span(struct tbm_opener *o, size_t n,
-                      int (*fn)(struct tbm_opener *o, size_t begin, size_t end))
-{
-    long cpus = n < PARALLEL_MIN ? 1 : sysconf(_SC_NPROCESSORS_ONLN);
-    size_t k = cpus < 1 ? 1 : cpus > PARALLEL_MAX ? PARALLEL_MAX : (size_t)cpus;
-    struct span spans[PARALLEL_MAX];
-    pthread_t threads[PARALLEL_MAX];
-    bool started[PARALLEL_MAX] = {false};
-    int r = 0;
-
-    for (size_t i = 0; i < k; i++)
-        spans[i] = (struct span){o, n * i / k, n * (i + 1) / k, fn, 0};
-    for (size_t i = 1; i < k; i++)
-        started[i] = pthread_create(&threads[i], NULL, run_span, &spans[i]) == 0;
-    run_span(&spans[0]);
-    for (size_t i = 1; i < k; i++) {
-        if (started[i])
-            pthread_join(threads[i], NULL);
-        else
-            run_span(&spans[i]);
-    }
-    for (size_t i = 0; i < k && r == 0; i++)
-        r = spans[i].status;
-    return r;
-}
-
 /* A remote container fetches the headers of entries [first, end) of arr at
  * once, and neighbouring ones in one request, before they are read one by
  * one. A local file does nothing. */
@@ -281,8 +183,11 @@ static void prefetch_headers(struct tbm_opener *o, struct json_object *arr, size
             tbm_source_prefetch(src, off, TBM_READER_FIRST);
 }
 
-static int add_tensors(struct tbm_opener *o, size_t begin, size_t end)
+/* Loads entries [begin, end) of the parsed array: a span of the runner. The
+ * parsed index is only read, and each tensor is one span's. */
+static int add_tensors(void *ctx, size_t begin, size_t end)
 {
+    struct tbm_opener *o = ctx;
     struct tbm_reader rd = TBM_READER_INIT;
     int r = 0;
 
@@ -312,8 +217,11 @@ static size_t slice_end(const struct tbm_json_split *split, size_t first, size_t
     return last;
 }
 
-static int add_sliced(struct tbm_opener *o, size_t begin, size_t end)
+/* Loads entries [begin, end) from their text, a slice at a time: a span of
+ * the runner. */
+static int add_sliced(void *ctx, size_t begin, size_t end)
 {
+    struct tbm_opener *o = ctx;
     struct tbm_reader rd = TBM_READER_INIT;
     int r = 0;
 
@@ -344,7 +252,7 @@ static int load_entries(struct tbm_opener *o)
     bool sliced = o->split.sep != NULL;
     size_t n = sliced ? o->split.count : json_object_array_length(arr);
     if (n > TBM_INDEX_ENTRIES_MAX)
-        return too_many(o);
+        return tbm_index_too_many(o);
     /* Zeroed records own nothing, so a failure part way can close them all. */
     o->m->tensors = calloc(n ? n : 1, sizeof(*o->m->tensors));
     if (!o->m->tensors)
@@ -355,13 +263,13 @@ static int load_entries(struct tbm_opener *o)
         atomic_store(&o->opts->progress->loaded, 0);
         atomic_store(&o->opts->progress->tensors, n);
     }
-    int r = tbm_for_each_span(o, n, sliced ? add_sliced : add_tensors);
+    int r = tbm_for_each_span(n, sliced ? add_sliced : add_tensors, o);
     if (r == SLICE_INVALID) {
         /* The whole text is invalid too, and parsing it says why. */
         tbm_tensors_free(o->m);
         json_object_put(o->root);
         tbm_json_split_free(&o->split);
-        return (r = parse_whole(o)) < 0 ? r : load_entries(o);
+        return (r = tbm_index_parse(o)) < 0 ? r : load_entries(o);
     }
     return r < 0 ? tbm_open_fail(o, r, "out of memory loading %zu tensors", n) : 0;
 }
@@ -371,4 +279,23 @@ int tbm_index_load(struct tbm_opener *o)
     int r = load_entries(o);
 
     return r < 0 ? r : take_metadata(o);
+}
+
+void tbm_tensors_free(struct tbm_model *m)
+{
+    for (size_t i = 0; i < m->ntensors; i++) {
+        struct tbm_tensor *t = &m->tensors[i];
+        if (t->owns_src)
+            tbm_source_close(t->src);
+        free(t->name);
+        free(t->dir);
+        free(t->shape);
+        if (t->entry_json_owned)
+            free((char *)t->entry_json);
+        tbm_strlist_free(&t->problems);
+        tbm_strlist_free(&t->warnings);
+    }
+    free(m->tensors);
+    m->tensors = NULL;
+    m->ntensors = 0;
 }

@@ -193,12 +193,6 @@ struct tbm_opener {
 int tbm_open_fail(struct tbm_opener *o, int status, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
-/* Runs fn over [0, n) split into one span per CPU (below a few thousand
- * tensors, one). Each tensor is touched by exactly one span. Returns the
- * first span's failure, if any. */
-int tbm_for_each_span(struct tbm_opener *o, size_t n,
-                      int (*fn)(struct tbm_opener *o, size_t begin, size_t end));
-
 /* The jobs of an open, in the order tbm_model_open runs them. */
 int tbm_container_open(struct tbm_opener *o);      /* index length, then tbm_index_read */
 void tbm_container_diagnose(struct tbm_opener *o); /* why its index is unusable: cut, or a .tb */
@@ -206,6 +200,8 @@ int tbm_manifest_open(struct tbm_opener *o);       /* manifest.json, then tbm_in
 int tbm_bare_open(struct tbm_opener *o);           /* one blob, its index synthesized */
 int tbm_index_read(struct tbm_opener *o, struct tbm_source *src, uint64_t off, uint64_t len,
                    const char *what);              /* JSON read and split or parsed */
+int tbm_index_parse(struct tbm_opener *o);         /* the whole text parsed, or why not */
+int tbm_index_too_many(struct tbm_opener *o);      /* the refusal of too many entries */
 int tbm_index_load(struct tbm_opener *o);          /* every entry into a tensor record */
 int tbm_dirs_assign(struct tbm_model *m);          /* directory names, unique */
 int tbm_dirs_warn_duplicates(struct tbm_model *m); /* each names the others */

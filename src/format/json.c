@@ -2,7 +2,7 @@
  * UTF-8 validation, every value's type checked before it is used. */
 #include "internal.h"
 
-#include "tbm/names.h"
+#include "tbm/text.h"
 
 #include <assert.h>
 #include <math.h>

@@ -4,6 +4,8 @@
  * time for a 100 MB and a 100 GB model. */
 #include "internal.h"
 
+#include "base/parallel.h"
+
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -180,12 +182,13 @@ double tbm_tensor_density(const struct tbm_tensor *t, const struct tbm_tensor_st
     return nw ? (double)st->counts.kept / (double)nw : 0;
 }
 
-static int stats_span(struct tbm_opener *o, size_t begin, size_t end)
+static int stats_span(void *ctx, size_t begin, size_t end)
 {
+    const struct tbm_model *m = ctx;
     const struct tbm_tensor_stats *st;
 
     for (size_t i = begin; i < end; i++) {
-        int r = tbm_tensor_stats_get(o->m, i, &st);
+        int r = tbm_tensor_stats_get(m, i, &st);
         if (r < 0)
             return r;
     }
@@ -194,10 +197,8 @@ static int stats_span(struct tbm_opener *o, size_t begin, size_t end)
 
 int tbm_model_compute_stats(const struct tbm_model *m)
 {
-    /* the spans only read the opener's model */
-    struct tbm_opener o = {.m = (struct tbm_model *)m};
-
-    return tbm_for_each_span(&o, m->ntensors, stats_span);
+    /* each span computes its own tensors' statistics, each under its lock */
+    return tbm_for_each_span(m->ntensors, stats_span, (void *)m);
 }
 
 void tbm_model_stats_progress(const struct tbm_model *m, uint64_t *done, uint64_t *total)

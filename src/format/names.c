@@ -2,6 +2,8 @@
  * specifies; a name never escapes tensors/ and never collides. */
 #include "tbm/names.h"
 
+#include "tbm/text.h"
+
 #include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
@@ -25,33 +27,6 @@ static bool needs_escape(unsigned char c)
     return c == '%' || c == '/' || c < 0x20 || c == 0x7f;
 }
 
-static size_t put_escape(char *out, unsigned char c)
-{
-    static const char hex[] = "0123456789ABCDEF";
-
-    out[0] = '%';
-    out[1] = hex[c >> 4];
-    out[2] = hex[c & 15];
-    return 3;
-}
-
-/* A cut may fall before byte c of the encoded name unless c continues a UTF-8
- * character; escapes are written whole, so they are never split. */
-static bool is_continuation(unsigned char c)
-{
-    return (c & 0xc0) == 0x80;
-}
-
-size_t tbm_utf8_cut(const char *s, size_t len, size_t max)
-{
-    if (len <= max)
-        return len;
-    size_t cut = max;
-    while (cut > 0 && is_continuation((unsigned char)s[cut]))
-        cut--;
-    return cut;
-}
-
 /* Cuts s back to at most max bytes without splitting an escape or a UTF-8
  * character. Escapes are three bytes starting with '%'. */
 static size_t safe_cut(const char *s, size_t len, size_t max)
@@ -66,73 +41,12 @@ static size_t safe_cut(const char *s, size_t len, size_t max)
     return tbm_utf8_cut(s, len, cut);
 }
 
-size_t tbm_utf8_seq(const char *s, size_t len)
-{
-    const unsigned char *p = (const unsigned char *)s;
-    size_t n;
-    uint32_t cp;
-
-    if (len == 0)
-        return 0;
-    if (p[0] < 0x80)
-        return 1;
-    if (p[0] >= 0xc2 && p[0] <= 0xdf)
-        n = 2, cp = p[0] & 0x1f;
-    else if (p[0] >= 0xe0 && p[0] <= 0xef)
-        n = 3, cp = p[0] & 0x0f;
-    else if (p[0] >= 0xf0 && p[0] <= 0xf4)
-        n = 4, cp = p[0] & 0x07;
-    else
-        return 0;
-    if (len < n)
-        return 0;
-    for (size_t i = 1; i < n; i++) {
-        if (!is_continuation(p[i]))
-            return 0;
-        cp = cp << 6 | (p[i] & 0x3f);
-    }
-    /* overlong forms, UTF-16 surrogates and values past U+10FFFF are not UTF-8 */
-    if ((n == 3 && cp < 0x800) || (n == 4 && (cp < 0x10000 || cp > 0x10ffff)) ||
-        (cp >= 0xd800 && cp <= 0xdfff))
-        return 0;
-    return n;
-}
-
-size_t tbm_text_clean(char *out, size_t size, const char *in, size_t len)
-{
-    size_t o = 0, i = 0;
-
-    while (i < len) {
-        unsigned char c = (unsigned char)in[i];
-        size_t n = c < 0x20 || c == 0x7f ? 0 : tbm_utf8_seq(in + i, len - i);
-        size_t need = n ? n : 3;
-        if (o + need + 4 > size) {
-            /* cut between characters, and say so */
-            if (o + 4 <= size) {
-                memcpy(out + o, "...", 3);
-                o += 3;
-            }
-            break;
-        }
-        if (n) {
-            memcpy(out + o, in + i, n);
-            o += n;
-            i += n;
-        } else {
-            o += put_escape(out + o, c);
-            i++;
-        }
-    }
-    out[o] = '\0';
-    return o;
-}
-
 static size_t encode_whole(const char *name, size_t len, char *out)
 {
     size_t o = 0;
 
     for (size_t i = 0; i < len; i++)
-        o += put_escape(out + o, (unsigned char)name[i]);
+        o += tbm_text_escape(out + o, (unsigned char)name[i]);
     if (len == 0)
         out[o++] = '%';
     out[o] = '\0';
@@ -155,7 +69,7 @@ size_t tbm_name_encode(const char *name, size_t len, char out[TBM_NAME_MAX + 1])
         if (o + w > TBM_NAME_MAX)
             break;
         if (w == 3)
-            put_escape(buf + o, c);
+            tbm_text_escape(buf + o, c);
         else
             buf[o] = (char)c;
         o += w;

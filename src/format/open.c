@@ -3,29 +3,16 @@
  * overlaps, statistics), and the accessors of the finished table. */
 #include "internal.h"
 
-#include "tbm/names.h"
+#include "tbm/text.h"
 
 #include <errno.h>
 #include <fcntl.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
-
-int tbm_open_fail(struct tbm_opener *o, int status, const char *fmt, ...)
-{
-    va_list ap;
-    int n = snprintf(o->err, o->errlen, "%s: ", o->m->path);
-
-    va_start(ap, fmt);
-    if (n >= 0 && (size_t)n < o->errlen)
-        vsnprintf(o->err + n, o->errlen - (size_t)n, fmt, ap);
-    va_end(ap);
-    return status;
-}
 
 /* The line may quote the path and bytes of the file: it is made valid UTF-8. */
 static void clean_error(char *err, size_t errlen)
@@ -177,25 +164,6 @@ out_err:
     tbm_model_close(m);
     clean_error(err, errlen);
     return r;
-}
-
-void tbm_tensors_free(struct tbm_model *m)
-{
-    for (size_t i = 0; i < m->ntensors; i++) {
-        struct tbm_tensor *t = &m->tensors[i];
-        if (t->owns_src)
-            tbm_source_close(t->src);
-        free(t->name);
-        free(t->dir);
-        free(t->shape);
-        if (t->entry_json_owned)
-            free((char *)t->entry_json);
-        tbm_strlist_free(&t->problems);
-        tbm_strlist_free(&t->warnings);
-    }
-    free(m->tensors);
-    m->tensors = NULL;
-    m->ntensors = 0;
 }
 
 void tbm_model_close(struct tbm_model *m)

@@ -12,7 +12,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "tbm/names.h"
+#include "tbm/text.h"
 
 enum dest { DEST_STDERR, DEST_SYSLOG, DEST_FILE };
 

@@ -7,7 +7,7 @@
 #include <string.h>
 #include <strings.h>
 
-#include "tbm/names.h"
+#include "tbm/text.h"
 
 /* The value without the blanks and CRLF around it. */
 static const char *trim(const char *p, size_t *len)

@@ -6,6 +6,7 @@
 #include "gguf.h"
 
 #include "tbm/names.h"
+#include "tbm/text.h"
 
 #include <json-c/json.h>
 #include <stdarg.h>

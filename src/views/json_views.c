@@ -2,7 +2,7 @@
  * and each tensor's header.json (rendered from the table). */
 #include "internal.h"
 
-#include "tbm/names.h"
+#include "tbm/text.h"
 
 #include <json-c/json.h>
 #include <json-c/printbuf.h>

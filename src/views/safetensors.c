@@ -4,7 +4,7 @@
  * only those bytes: the stored weights with pruned elements zeroed. */
 #include "internal.h"
 
-#include "tbm/names.h"
+#include "tbm/text.h"
 
 #include <json-c/json.h>
 #include <json-c/printbuf.h>

@@ -3,7 +3,7 @@
  * compared and timed. Content is produced when the file is opened. */
 #include "internal.h"
 
-#include "tbm/names.h"
+#include "tbm/text.h"
 
 #include <cblas.h>
 #include <float.h>

@@ -11,7 +11,7 @@
 #include <string.h>
 
 #include "source/reply.h"
-#include "tbm/names.h"
+#include "tbm/text.h"
 
 /* Valid UTF-8 with no control bytes, NUL-terminated inside cap. */
 static void check_word(const char *s, size_t cap)
