@@ -59,3 +59,83 @@ int tbm_chunk_read(const struct tbm_tensor *t, uint64_t first, uint64_t n, void 
         return r;
     return tbm_mask_read(t, first / m, (first + n - 1) / m - first / m + 1, mask);
 }
+
+static uint32_t load_word(const uint8_t *p, uint32_t wb)
+{
+    uint32_t word = p[0];
+
+    for (uint32_t k = 1; k < wb; k++)
+        word |= (uint32_t)p[k] << (8 * k);
+    return word;
+}
+
+/* Zeroes, when element i is pruned, the bytes of it that buf (weight bytes
+ * [b0, b1)) holds, mask holding the words from group g0 on: for the elements
+ * cut by either end of a step. Returns whether that changed a byte. */
+static bool clear_cut(const struct tbm_tensor *t, const uint8_t *mask, uint64_t g0, char *buf,
+                      uint64_t b0, uint64_t b1, uint64_t i)
+{
+    uint32_t m = t->hdr.nm_m, wb = tbm_mask_word_bytes(m);
+    size_t es = tbm_precision_size(t->hdr.precision);
+    uint64_t s = i * es, e = s + es;
+    bool changed = false;
+
+    if (load_word(mask + (i / m - g0) * wb, wb) >> (i % m) & 1)
+        return false;
+    s = s < b0 ? b0 : s;
+    e = e > b1 ? b1 : e;
+    for (char *p = buf + (s - b0); p < buf + (e - b0); p++) {
+        changed |= *p != 0;
+        *p = 0;
+    }
+    return changed;
+}
+
+/* Zeroes the pruned elements among weight bytes [b0, b1) of t, which buf
+ * holds, mask holding the words from group g0 on: whole elements by the
+ * kernel, the first and last (which the step's ends may cut) here. Returns
+ * whether a byte changed. */
+static bool mask_step(enum tbm_isa isa, const struct tbm_tensor *t, const uint8_t *mask,
+                      uint64_t g0, char *buf, uint64_t b0, uint64_t b1)
+{
+    uint32_t m = t->hdr.nm_m, wb = tbm_mask_word_bytes(m);
+    size_t es = tbm_precision_size(t->hdr.precision);
+    uint64_t first = b0 / es, end = (b1 + es - 1) / es;
+    bool changed = false;
+
+    uint64_t lo = first + (first * es < b0), hi = end - (end * es > b1 && end - 1 >= lo);
+    if (lo > first)
+        changed |= clear_cut(t, mask, g0, buf, b0, b1, first);
+    if (hi < end)
+        changed |= clear_cut(t, mask, g0, buf, b0, b1, end - 1);
+    if (lo < hi)
+        changed |= tbm_mask_apply(isa, t->hdr.precision, buf + (lo * es - b0),
+                                  mask + (lo / m - g0) * wb, m, lo, (size_t)(hi - lo));
+    return changed;
+}
+
+int tbm_masked_read(enum tbm_isa isa, const struct tbm_tensor *t, uint64_t b0, size_t len,
+                    char *buf, uint8_t *mask, const struct tbm_masked_steps *steps)
+{
+    size_t es = tbm_precision_size(t->hdr.precision);
+    uint32_t m = t->hdr.nm_m;
+    int r = tbm_source_read_full(t->src, buf, len, t->weights.off + b0);
+
+    if (r < 0 || m == 0 || !t->mask_usable)
+        return r;
+    for (uint64_t w0 = b0, w1; w0 < b0 + len; w0 = w1) {
+        w1 = b0 + len - w0 < TBM_MASKED_WINDOW ? b0 + len : w0 + TBM_MASKED_WINDOW;
+        uint64_t g0 = w0 / es / m, g1 = ((w1 + es - 1) / es - 1) / m;
+        if ((r = tbm_mask_read(t, g0, g1 - g0 + 1, mask)) < 0)
+            return r;
+        for (uint64_t b = w0, e; b < w1; b = e) {
+            uint64_t at = steps ? steps->pos + (b - b0) : 0;
+            e = steps ? b + (steps->grain - at % steps->grain) : w1;
+            e = e < w1 ? e : w1;
+            bool changed = mask_step(isa, t, mask, g0, buf + (b - b0), b, e);
+            if (steps)
+                steps->note(steps->ctx, at, changed);
+        }
+    }
+    return 0;
+}

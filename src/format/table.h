@@ -165,6 +165,33 @@ int tbm_mask_read(const struct tbm_tensor *t, uint64_t g0, uint64_t n, uint8_t *
 int tbm_chunk_read(const struct tbm_tensor *t, uint64_t first, uint64_t n, void *weights,
                    uint8_t *mask);
 
+/* Stored weight bytes are masked in windows of at most this many bytes,
+ * each window's mask words read at once (a whole request's), into scratch
+ * of TBM_MASKED_MASK_BYTES: a window holds at most TBM_MASKED_WINDOW / 2
+ * elements (and two cut at its ends), and m = 1 needs a byte per element. */
+#define TBM_MASKED_WINDOW     (512u << 10)
+#define TBM_MASKED_MASK_BYTES (TBM_MASKED_WINDOW / 2 + 8)
+
+/* How a masked read reports what masking did: in steps that end where the
+ * caller's position of the byte (pos for the first) is a multiple of grain,
+ * note hears each step's first position and whether masking changed a byte
+ * of it. */
+struct tbm_masked_steps {
+    uint64_t pos, grain;
+    void (*note)(void *ctx, uint64_t at, bool changed);
+    void *ctx;
+};
+
+/* Reads weight bytes [b0, b0 + len) of t as stored into buf, with the mask
+ * applied when it is usable: the bytes of pruned elements zeroed (of an
+ * element cut by either end, those buf holds), through mask (scratch of
+ * TBM_MASKED_MASK_BYTES). steps, when not NULL, hears what masking changed
+ * (not called when nothing is masked). The one way the views read stored
+ * bytes with their mask applied, as tbm_chunk_read is for weights and mask
+ * words apart. */
+int tbm_masked_read(enum tbm_isa isa, const struct tbm_tensor *t, uint64_t b0, size_t len,
+                    char *buf, uint8_t *mask, const struct tbm_masked_steps *steps);
+
 /* t's N:M as "N:M" ("0:0" for dense): the header's when it is valid, else
  * the index entry's, else "0:0" (an entry that gives none is read as
  * dense, as the format reads a header's zero M). */

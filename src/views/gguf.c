@@ -5,6 +5,8 @@
  * rows of attn_q and attn_k taken in the converter's order. */
 #include "gguf.h"
 
+#include "base/search.h"
+
 #include <stdlib.h>
 #include <string.h>
 
@@ -13,11 +15,13 @@
 #define CHUNK (64u * 1024u)
 
 struct scratch {
-    uint8_t weights[CHUNK * 8];
-    uint8_t mask[CHUNK + 8]; /* m = 1 needs one byte per element */
+    uint8_t weights[CHUNK * 8]; /* the stored weights; a masked read's mask words */
+    uint8_t mask[CHUNK + 8];    /* m = 1 needs one byte per element */
     float f32[CHUNK];
     uint8_t q8[CHUNK / TBM_Q8_0_ELEMS * TBM_Q8_0_BYTES];
 };
+
+_Static_assert(CHUNK * 8 >= TBM_MASKED_MASK_BYTES, "a masked read's mask words fit");
 
 /* Each FUSE worker keeps one scratch: reads allocate nothing. */
 static struct tbm_thread_scratch scratch = TBM_THREAD_SCRATCH_INIT;
@@ -99,53 +103,8 @@ static int q8_0_bytes(const struct tbm_views *v, const struct tbm_gguf_tensor *g
     return 0;
 }
 
-/* Zeroes the bytes of element i that buf (stored bytes [s0, s1)) holds when
- * its mask prunes it: an element cut by either end of a run. */
-static int clear_cut(const struct tbm_tensor *t, char *buf, uint64_t s0, uint64_t s1, uint64_t i)
-{
-    size_t es = tbm_precision_size(t->hdr.precision);
-    uint32_t m = t->hdr.nm_m;
-    uint8_t word[4];
-    int r = tbm_mask_read(t, i / m, 1, word);
-
-    if (r < 0 || word[i % m / 8] >> (i % m % 8) & 1)
-        return r;
-    uint64_t a = i * es > s0 ? i * es : s0, b = (i + 1) * es < s1 ? (i + 1) * es : s1;
-    memset(buf + (a - s0), 0, (size_t)(b - a));
-    return 0;
-}
-
-/* Stored bytes [s0, s1) of t, which lie in one row, into buf, masked: whole
- * elements read in place and masked by the kernel, an element cut by either
- * end zeroed when pruned. */
-static int stored_run(const struct tbm_views *v, const struct tbm_tensor *t, struct scratch *s,
-                      char *buf, uint64_t s0, uint64_t s1)
-{
-    size_t es = tbm_precision_size(t->hdr.precision);
-    uint32_t m = t->hdr.nm_m;
-    int r = tbm_source_read_full(t->src, buf, (size_t)(s1 - s0), t->weights.off + s0);
-
-    if (r < 0 || !t->mask_usable)
-        return r;
-    uint64_t first = s0 / es, last = (s1 - 1) / es; /* elements touched */
-    uint64_t lo = (s0 + es - 1) / es, hi = s1 / es; /* whole ones */
-    if (first < lo && (r = clear_cut(t, buf, s0, s1, first)) < 0)
-        return r;
-    if (hi <= last && !(last == first && first < lo) && (r = clear_cut(t, buf, s0, s1, last)) < 0)
-        return r;
-    for (uint64_t i = lo; i < hi;) {
-        size_t count = hi - i < CHUNK ? (size_t)(hi - i) : CHUNK;
-        uint64_t g0 = i / m, g1 = (i + count - 1) / m;
-        if ((r = tbm_mask_read(t, g0, g1 - g0 + 1, s->mask)) < 0)
-            return r;
-        tbm_mask_apply(v->model->isa, t->hdr.precision, buf + (i * es - s0), s->mask, m, i, count);
-        i += count;
-    }
-    return 0;
-}
-
 /* Bytes [b0, b0 + len) of a tensor's data in its stored type: its rows in
- * GGUF order, each a run of the stored bytes. */
+ * GGUF order, each a run of the stored bytes, masked. */
 static int stored_bytes(const struct tbm_views *v, const struct tbm_gguf_tensor *gt,
                         struct scratch *s, char *buf, uint64_t b0, size_t len)
 {
@@ -158,7 +117,8 @@ static int stored_bytes(const struct tbm_views *v, const struct tbm_gguf_tensor 
         uint64_t g = pos / row, in = pos % row;
         uint64_t n = row - in < end - pos ? row - in : end - pos;
         uint64_t s0 = source_row(gt, g) * row + in;
-        int r = stored_run(v, t, s, buf + (pos - b0), s0, s0 + n);
+        int r =
+            tbm_masked_read(v->model->isa, t, s0, (size_t)n, buf + (pos - b0), s->weights, NULL);
         if (r < 0)
             return r;
         pos += n;
@@ -189,19 +149,17 @@ static int piece_bytes(const struct tbm_views *v, const struct tbm_gguf *g,
     return f32_bytes(v, gt, s, buf, b0, len);
 }
 
+static uint64_t piece_end(const void *piece)
+{
+    const struct tbm_gguf_piece *p = piece;
+
+    return p->start + p->len;
+}
+
 /* The first piece that ends after off (npieces when none). */
 static size_t piece_at(const struct tbm_gguf_file *f, uint64_t off)
 {
-    size_t lo = 0, hi = f->npieces;
-
-    while (lo < hi) {
-        size_t mid = lo + (hi - lo) / 2;
-        if (f->pieces[mid].start + f->pieces[mid].len <= off)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    return lo;
+    return tbm_first_ending_after(f->pieces, f->npieces, sizeof(*f->pieces), piece_end, off);
 }
 
 int tbm_gguf_size(const struct tbm_views *v, const struct tbm_row *row, size_t t, uint64_t *size)

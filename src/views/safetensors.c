@@ -4,6 +4,8 @@
  * only those bytes: the stored weights with pruned elements zeroed. */
 #include "internal.h"
 
+#include "base/search.h"
+
 #include "tbm/text.h"
 
 #include <json-c/json.h>
@@ -358,19 +360,17 @@ int tbm_safetensors_notes(const struct tbm_views *v, const struct tbm_row *row,
     return 0;
 }
 
+static uint64_t piece_end(const void *piece)
+{
+    const struct piece *p = piece;
+
+    return p->start + p->len;
+}
+
 /* The first piece that ends after off (npieces when none). */
 static size_t piece_at(const struct tbm_safetensors *st, uint64_t off)
 {
-    size_t lo = 0, hi = st->npieces;
-
-    while (lo < hi) {
-        size_t mid = lo + (hi - lo) / 2;
-        if (st->pieces[mid].start + st->pieces[mid].len <= off)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    return lo;
+    return tbm_first_ending_after(st->pieces, st->npieces, sizeof(*st->pieces), piece_end, off);
 }
 
 /* Whether a tensor's data is its stored weights as they are. */
@@ -379,13 +379,9 @@ static bool as_stored(const struct tbm_tensor *t)
     return t->hdr.nm_m == 0 || !t->mask_usable;
 }
 
-/* Tensor bytes whose mask is read at once: a whole request's, up to 512 KiB. */
-#define WINDOW (8 * GRANULE)
-
-/* The mask words of one window: WINDOW bytes hold at most WINDOW / 2
- * elements (and two cut at its ends), and m = 1 needs one byte per element. */
+/* The mask words of one masked read's window. */
 struct scratch {
-    uint8_t mask[WINDOW / 2 + 8];
+    uint8_t mask[TBM_MASKED_MASK_BYTES];
 };
 
 /* Each FUSE worker keeps one scratch: reads allocate nothing. */
@@ -394,60 +390,6 @@ static struct tbm_thread_scratch scratch = TBM_THREAD_SCRATCH_INIT;
 static struct scratch *thread_scratch(void)
 {
     return tbm_thread_scratch(&scratch, sizeof(struct scratch));
-}
-
-static uint32_t load_word(const uint8_t *p, uint32_t wb)
-{
-    uint32_t word = p[0];
-
-    for (uint32_t k = 1; k < wb; k++)
-        word |= (uint32_t)p[k] << (8 * k);
-    return word;
-}
-
-/* Zeroes, when element i is pruned, the bytes of it that buf (tensor bytes
- * [b0, b1)) holds: for the elements cut by either end of a step. Returns
- * whether that changed a byte. */
-static bool clear_cut(const struct tbm_tensor *t, const uint8_t *mask, uint64_t g0, char *buf,
-                      uint64_t b0, uint64_t b1, uint64_t i)
-{
-    uint32_t m = t->hdr.nm_m, wb = tbm_mask_word_bytes(m);
-    size_t es = tbm_precision_size(t->hdr.precision);
-    uint64_t s = i * es, e = s + es;
-    bool changed = false;
-
-    if (load_word(mask + (i / m - g0) * wb, wb) >> (i % m) & 1)
-        return false;
-    s = s < b0 ? b0 : s;
-    e = e > b1 ? b1 : e;
-    for (char *p = buf + (s - b0); p < buf + (e - b0); p++) {
-        changed |= *p != 0;
-        *p = 0;
-    }
-    return changed;
-}
-
-/* Zeroes the pruned elements among tensor bytes [b0, b1) of t, which buf
- * holds, with mask holding the words from group g0 on. Returns whether a
- * byte changed. */
-static bool mask_step(enum tbm_isa isa, const struct tbm_tensor *t, const uint8_t *mask,
-                      uint64_t g0, char *buf, uint64_t b0, uint64_t b1)
-{
-    uint32_t m = t->hdr.nm_m, wb = tbm_mask_word_bytes(m);
-    size_t es = tbm_precision_size(t->hdr.precision);
-    uint64_t first = b0 / es, end = (b1 + es - 1) / es;
-    bool changed = false;
-
-    /* only the first and last elements can be cut by the step's ends */
-    uint64_t lo = first + (first * es < b0), hi = end - (end * es > b1 && end - 1 >= lo);
-    if (lo > first)
-        changed |= clear_cut(t, mask, g0, buf, b0, b1, first);
-    if (hi < end)
-        changed |= clear_cut(t, mask, g0, buf, b0, b1, end - 1);
-    if (lo < hi)
-        changed |= tbm_mask_apply(isa, t->hdr.precision, buf + (lo * es - b0),
-                                  mask + (lo / m - g0) * wb, m, lo, (size_t)(hi - lo));
-    return changed;
 }
 
 /* Which granules of a read it found as stored. A granule counts only when
@@ -480,43 +422,24 @@ static void sweep_note(struct sweep *sw, uint64_t pos, bool changed)
     sw->changed |= changed;
 }
 
-/* Masks bytes [b0, b0 + len) of tensor t's data, which buf holds and which
- * lie at file offset pos, in steps that end at granule boundaries, noting
- * each in sw. */
-static int mask_steps(enum tbm_isa isa, const struct tbm_tensor *t, struct scratch *s, char *buf,
-                      uint64_t b0, size_t len, uint64_t pos, struct sweep *sw)
+static void note_step(void *ctx, uint64_t at, bool changed)
 {
-    size_t es = tbm_precision_size(t->hdr.precision);
-    uint32_t m = t->hdr.nm_m;
-
-    for (uint64_t w0 = b0, w1; w0 < b0 + len; w0 = w1) {
-        w1 = b0 + len - w0 < WINDOW ? b0 + len : w0 + WINDOW;
-        uint64_t g0 = w0 / es / m, g1 = ((w1 + es - 1) / es - 1) / m;
-        int r = tbm_mask_read(t, g0, g1 - g0 + 1, s->mask);
-        if (r < 0)
-            return r;
-        for (uint64_t b = w0, e; b < w1; b = e) {
-            e = b + (GRANULE - (pos + (b - b0)) % GRANULE);
-            e = e < w1 ? e : w1;
-            sweep_note(sw, pos + (b - b0), mask_step(isa, t, s->mask, g0, buf + (b - b0), b, e));
-        }
-    }
-    return 0;
+    sweep_note(ctx, at, changed);
 }
 
 /* Reads bytes [b0, b0 + len) of tensor t's data, which lie at file offset
- * pos, into buf, masked. */
+ * pos, into buf, masked in steps that end at granule boundaries, each
+ * noted in sw. */
 static int tensor_bytes(enum tbm_isa isa, const struct tbm_tensor *t, char *buf, uint64_t b0,
                         size_t len, uint64_t pos, struct sweep *sw)
 {
-    struct scratch *s;
+    const struct tbm_masked_steps steps = {
+        .pos = pos, .grain = GRANULE, .note = note_step, .ctx = sw};
+    struct scratch *s = NULL;
 
-    int r = tbm_source_read_full(t->src, buf, len, t->weights.off + b0);
-    if (r < 0 || as_stored(t) || len == 0)
-        return r;
-    if (!(s = thread_scratch()))
+    if (!as_stored(t) && !(s = thread_scratch()))
         return TBM_ERR_NOMEM;
-    return mask_steps(isa, t, s, buf, b0, len, pos, sw);
+    return tbm_masked_read(isa, t, b0, len, buf, s ? s->mask : NULL, &steps);
 }
 
 int tbm_safetensors_read(const struct tbm_views *v, const struct tbm_row *row, size_t t, char *buf,
