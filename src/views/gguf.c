@@ -185,7 +185,7 @@ int tbm_gguf_read(const struct tbm_views *v, const struct tbm_row *row, size_t t
     if (len > f->size - off)
         len = (size_t)(f->size - off);
     if (off < f->head_len)
-        tbm_copy_range(buf, off, len, (const char *)f->head, f->head_len, &done);
+        tbm_copy_range(buf, off, len, f->head, f->head_len, &done);
     for (size_t k = piece_at(f, off + done); done < len;) {
         uint64_t pos = off + done;
         const struct tbm_gguf_piece *p = k < f->npieces ? &f->pieces[k] : NULL;

@@ -32,7 +32,7 @@ struct tbm_gguf_piece {
 };
 
 struct tbm_gguf_file {
-    uint8_t *head; /* everything before the data, padded to 32 */
+    char *head; /* everything before the data, padded to 32 */
     size_t head_len;
     struct tbm_gguf_piece *pieces; /* by start */
     size_t npieces;

@@ -5,6 +5,8 @@
  * once, by the rule of its variant (the row's arg) for each tensor's type. */
 #include "gguf.h"
 
+#include "base/buf.h"
+
 #include "tbm/names.h"
 #include "tbm/text.h"
 
@@ -302,70 +304,44 @@ static bool fill_slots(const struct tbm_views *v, const struct llama_config *c, 
 
 /* --- the header bytes --- */
 
-struct wbuf {
-    uint8_t *p;
-    size_t len, cap;
-    bool failed;
-};
-
-static void put(struct wbuf *b, const void *data, size_t len)
-{
-    if (b->failed)
-        return;
-    if (b->cap - b->len < len) {
-        size_t cap = b->cap ? b->cap : 4096;
-        while (cap - b->len < len)
-            cap *= 2;
-        uint8_t *p = realloc(b->p, cap);
-        if (!p) {
-            b->failed = true;
-            return;
-        }
-        b->p = p;
-        b->cap = cap;
-    }
-    memcpy(b->p + b->len, data, len);
-    b->len += len;
-}
-
 /* Little-endian like the host (x86-64) and the format. */
-static void put_u32(struct wbuf *b, uint32_t v)
+static void put_u32(struct tbm_buf *b, uint32_t v)
 {
-    put(b, &v, sizeof v);
+    tbm_buf_add(b, &v, sizeof v);
 }
 
-static void put_u64(struct wbuf *b, uint64_t v)
+static void put_u64(struct tbm_buf *b, uint64_t v)
 {
-    put(b, &v, sizeof v);
+    tbm_buf_add(b, &v, sizeof v);
 }
 
-static void put_str(struct wbuf *b, const char *s, size_t len)
+static void put_str(struct tbm_buf *b, const char *s, size_t len)
 {
     put_u64(b, len);
-    put(b, s, len);
+    tbm_buf_add(b, s, len);
 }
 
 enum { KV_UINT32 = 4, KV_FLOAT32 = 6, KV_STRING = 8, KV_ARRAY = 9 };
 
-static void kv_key(struct wbuf *b, const char *key, uint32_t type)
+static void kv_key(struct tbm_buf *b, const char *key, uint32_t type)
 {
     put_str(b, key, strlen(key));
     put_u32(b, type);
 }
 
-static void kv_u32(struct wbuf *b, const char *key, uint32_t v)
+static void kv_u32(struct tbm_buf *b, const char *key, uint32_t v)
 {
     kv_key(b, key, KV_UINT32);
     put_u32(b, v);
 }
 
-static void kv_f32(struct wbuf *b, const char *key, float v)
+static void kv_f32(struct tbm_buf *b, const char *key, float v)
 {
     kv_key(b, key, KV_FLOAT32);
-    put(b, &v, sizeof v);
+    tbm_buf_add(b, &v, sizeof v);
 }
 
-static void kv_str(struct wbuf *b, const char *key, const char *v)
+static void kv_str(struct tbm_buf *b, const char *key, const char *v)
 {
     kv_key(b, key, KV_STRING);
     put_str(b, v, strlen(v));
@@ -450,7 +426,7 @@ static uint32_t file_type(const struct tbm_views *v, const struct tbm_gguf_varia
     return count[0] >= count[1] && count[0] >= count[2] ? 0 : count[1] >= count[2] ? 1 : 32;
 }
 
-static void put_kvs(struct wbuf *b, const struct tbm_views *v, const struct tbm_gguf *g,
+static void put_kvs(struct tbm_buf *b, const struct tbm_views *v, const struct tbm_gguf *g,
                     const struct llama_config *c, const struct tbm_gguf_variant *var)
 {
     const struct tbm_model *m = v->model;
@@ -491,10 +467,10 @@ static int build_file(const struct tbm_views *v, struct tbm_gguf *g, const struc
                       const struct tbm_gguf_variant *var)
 {
     struct tbm_gguf_file *f = &g->file;
-    struct wbuf b = {0};
+    struct tbm_buf b = TBM_BUF_INIT;
     uint64_t data = 0;
 
-    put(&b, "GGUF", 4);
+    tbm_buf_add(&b, "GGUF", 4);
     put_u32(&b, 3);
     put_u64(&b, g->ntensors);
     put_u64(&b, var->quantized ? 17 : 16);
@@ -515,13 +491,10 @@ static int build_file(const struct tbm_views *v, struct tbm_gguf *g, const struc
         data += (len + ALIGN - 1) / ALIGN * ALIGN;
     }
     static const uint8_t zeros[ALIGN];
-    put(&b, zeros, (ALIGN - b.len % ALIGN) % ALIGN);
-    if (b.failed) {
-        free(b.p);
-        return TBM_ERR_NOMEM;
-    }
-    f->head = b.p;
-    f->head_len = b.len;
+    tbm_buf_add(&b, zeros, (ALIGN - b.len % ALIGN) % ALIGN);
+    int r = tbm_buf_take(&b, &f->head, &f->head_len);
+    if (r < 0)
+        return r;
     f->npieces = g->ntensors;
     for (size_t k = 0; k < f->npieces; k++)
         f->pieces[k].start += f->head_len;

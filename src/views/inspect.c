@@ -5,6 +5,8 @@
  * are fixed before they are rendered. */
 #include "internal.h"
 
+#include "base/buf.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -126,43 +128,31 @@ static int compute_stats(const struct tbm_views *v, const struct tbm_tensor *t, 
     return r;
 }
 
-/* A growing text; widest prints every number as wide as its kind can be,
- * which gives the length every stats.json is padded to. */
+/* stats.json's text; widest prints every number as wide as its kind can
+ * be, which counts the length every stats.json is padded to. */
 struct text {
-    char *buf;
-    size_t len, cap;
+    struct tbm_buf b;
     bool widest;
 };
 
 static void put(struct text *x, const char *s)
 {
-    size_t n = strlen(s);
-
-    if (x->buf && x->len + n < x->cap)
-        memcpy(x->buf + x->len, s, n);
-    x->len += n;
+    tbm_buf_adds(&x->b, s);
 }
 
 static void put_u64(struct text *x, uint64_t v)
 {
-    char num[32];
-
-    snprintf(num, sizeof(num), "%llu", (unsigned long long)(x->widest ? UINT64_MAX : v));
-    put(x, num);
+    tbm_buf_printf(&x->b, "%llu", (unsigned long long)(x->widest ? UINT64_MAX : v));
 }
 
 /* %.17g gives back every double exactly, in at most 24 characters; JSON
  * has no NaN or infinity, and these are finite. */
 static void put_double(struct text *x, bool known, double v)
 {
-    char num[40];
-
-    if (!known && !x->widest) {
+    if (!known && !x->widest)
         put(x, "null");
-        return;
-    }
-    snprintf(num, sizeof(num), "%.17g", x->widest ? -2.2250738585072014e-308 : v);
-    put(x, num);
+    else
+        tbm_buf_printf(&x->b, "%.17g", x->widest ? -2.2250738585072014e-308 : v);
 }
 
 static void stats_text(struct text *x, const struct stats_doc *d)
@@ -216,11 +206,11 @@ static void stats_text(struct text *x, const struct stats_doc *d)
  * text padded with spaces before that newline (JSON allows them). */
 static size_t stats_len(void)
 {
-    struct text x = {.widest = true};
+    struct text x = {.b = TBM_BUF_COUNT, .widest = true};
     struct stats_doc d = {0};
 
     stats_text(&x, &d);
-    return x.len + 1;
+    return x.b.len + 1;
 }
 
 int tbm_stats_json_size(const struct tbm_views *v, const struct tbm_row *row, size_t t,
@@ -235,20 +225,15 @@ int tbm_stats_json_render(const struct tbm_views *v, const struct tbm_row *row, 
                           char **out, size_t *len)
 {
     struct stats_doc d = {0};
-    size_t size = stats_len();
+    struct text x = {.b = TBM_BUF_INIT};
     int r = compute_stats(v, &v->model->tensors[t], &d);
 
     (void)row;
     if (r < 0)
         return r;
-    struct text x = {.buf = malloc(size + 1), .cap = size + 1};
-    if (!x.buf)
-        return TBM_ERR_NOMEM;
     stats_text(&x, &d);
-    x.buf[x.len++] = '\n';
-    *out = x.buf;
-    *len = x.len;
-    return 0;
+    put(&x, "\n");
+    return tbm_buf_take(&x.b, out, len);
 }
 
 /* --- mask.png, weights.png --- */

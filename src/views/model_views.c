@@ -4,9 +4,9 @@
  * for the architectures it knows, rendered at mount). */
 #include "internal.h"
 
-#include <assert.h>
+#include "base/buf.h"
+
 #include <json-c/json.h>
-#include <json-c/printbuf.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -40,36 +40,30 @@ static struct json_object *tensor_json(const struct tbm_tensor *t,
     return o;
 }
 
-/* Appends n bytes of s to pb, each line indented by two spaces (an element
- * of the top array), or only counts them when pb is NULL. */
-static int add_indented(struct printbuf *pb, const char *s, size_t *total)
+/* Appends s, each line after the first indented by two spaces (an element
+ * of the top array). */
+static void add_indented(struct tbm_buf *b, const char *s)
 {
     for (const char *p = s; *p;) {
         const char *nl = strchr(p, '\n');
         size_t n = nl ? (size_t)(nl - p) + 1 : strlen(p);
-        *total += n + (nl && nl[1] ? 2 : 0);
-        if (pb && printbuf_memappend(pb, p, (int)n) < 0)
-            return TBM_ERR_NOMEM;
-        if (pb && nl && nl[1] && printbuf_memappend(pb, "  ", 2) < 0)
-            return TBM_ERR_NOMEM;
+        tbm_buf_add(b, p, n);
+        if (nl && nl[1])
+            tbm_buf_add(b, "  ", 2);
         p += n;
     }
-    return 0;
 }
 
-/* tensors.json one tensor at a time: no tree of a million objects. pb NULL
- * only counts the bytes. */
-static int tensors_text(const struct tbm_views *v, bool with_stats, struct printbuf *pb,
-                        size_t *total)
+/* tensors.json one tensor at a time: no tree of a million objects. A
+ * counting b only counts the bytes. */
+static int tensors_text(const struct tbm_views *v, bool with_stats, struct tbm_buf *b)
 {
     const int flags =
         JSON_C_TO_STRING_PRETTY | JSON_C_TO_STRING_SPACED | JSON_C_TO_STRING_NOSLASHESCAPE;
     size_t n = v->model->ntensors;
     int r = 0;
 
-    *total = n ? 4 : 3; /* "[\n" ... "]\n", or "[]\n" */
-    if (pb && printbuf_memappend(pb, n ? "[\n" : "[", n ? 2 : 1) < 0)
-        return TBM_ERR_NOMEM;
+    tbm_buf_adds(b, n ? "[\n" : "[");
     for (size_t t = 0; t < n && r == 0; t++) {
         const struct tbm_tensor_stats *st = NULL;
         r = with_stats ? tbm_tensor_stats_get(v->model, t, &st) : 0;
@@ -77,38 +71,27 @@ static int tensors_text(const struct tbm_views *v, bool with_stats, struct print
         const char *text = o ? json_object_to_json_string_ext(o, flags) : NULL;
         if (r == 0)
             r = text ? 0 : TBM_ERR_NOMEM;
-        if (r == 0 && pb)
-            r = printbuf_memappend(pb, "  ", 2) < 0 ? TBM_ERR_NOMEM : 0;
-        *total += 2 + (t + 1 < n ? 2 : 1);
-        if (r == 0)
-            r = add_indented(pb, text, total);
-        if (r == 0 && pb)
-            r = printbuf_memappend(pb, t + 1 < n ? ",\n" : "\n", t + 1 < n ? 2 : 1) < 0
-                    ? TBM_ERR_NOMEM
-                    : 0;
+        if (r == 0) {
+            tbm_buf_add(b, "  ", 2);
+            add_indented(b, text);
+            tbm_buf_adds(b, t + 1 < n ? ",\n" : "\n");
+        }
         json_object_put(o);
     }
-    if (r == 0 && pb)
-        r = printbuf_memappend(pb, "]\n", 2) < 0 ? TBM_ERR_NOMEM : 0;
+    tbm_buf_adds(b, "]\n");
     return r;
 }
 
 static int tensors_doc(const struct tbm_views *v, bool with_stats, char **out, size_t *len)
 {
-    struct printbuf *pb = printbuf_new();
-    size_t total;
-    int r = pb ? tensors_text(v, with_stats, pb, &total) : TBM_ERR_NOMEM;
+    struct tbm_buf b = TBM_BUF_INIT;
+    int r = tensors_text(v, with_stats, &b);
 
-    if (r == 0 && !(*out = malloc(total)))
-        r = TBM_ERR_NOMEM;
-    if (r == 0) {
-        assert((size_t)printbuf_length(pb) == total);
-        memcpy(*out, pb->buf, total);
-        *len = total;
+    if (r < 0) {
+        tbm_buf_free(&b);
+        return r;
     }
-    if (pb)
-        printbuf_free(pb);
-    return r;
+    return tbm_buf_take(&b, out, len);
 }
 
 /* What the statistics can add per tensor: a density of at most 24
@@ -120,13 +103,13 @@ static int tensors_doc(const struct tbm_views *v, bool with_stats, char **out, s
 int tbm_tensors_json_size(const struct tbm_views *v, const struct tbm_row *row, size_t t,
                           uint64_t *size)
 {
-    size_t total;
-    int r = tensors_text(v, false, NULL, &total);
+    struct tbm_buf count = TBM_BUF_COUNT;
+    int r = tensors_text(v, false, &count);
 
     (void)row, (void)t;
     if (r < 0)
         return r;
-    *size = total + TENSOR_SLACK * (uint64_t)v->model->ntensors + 64;
+    *size = count.len + TENSOR_SLACK * (uint64_t)v->model->ntensors + 64;
     return 0;
 }
 

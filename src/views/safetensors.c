@@ -4,12 +4,12 @@
  * only those bytes: the stored weights with pruned elements zeroed. */
 #include "internal.h"
 
+#include "base/buf.h"
 #include "base/search.h"
 
 #include "tbm/text.h"
 
 #include <json-c/json.h>
-#include <json-c/printbuf.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -119,20 +119,21 @@ static int choose(const struct tbm_views *v, struct tbm_safetensors *st, bool *k
 }
 
 /* Appends the JSON string of len bytes at s (escaped by json-c). */
-static int add_string(struct printbuf *pb, const char *s, size_t len)
+static int add_string(struct tbm_buf *b, const char *s, size_t len)
 {
     struct json_object *o = json_object_new_string_len(s, (int)len);
     if (!o)
         return TBM_ERR_NOMEM;
     const char *text = json_object_to_json_string_ext(o, JSON_C_TO_STRING_NOSLASHESCAPE);
-    int r = text && printbuf_memappend(pb, text, (int)strlen(text)) >= 0 ? 0 : TBM_ERR_NOMEM;
+    if (text)
+        tbm_buf_adds(b, text);
     json_object_put(o);
-    return r;
+    return text ? 0 : TBM_ERR_NOMEM;
 }
 
-static int add_entry(struct printbuf *pb, const struct tbm_tensor *t, uint64_t start, uint64_t end)
+static int add_entry(struct tbm_buf *b, const struct tbm_tensor *t, uint64_t start, uint64_t end)
 {
-    int r = add_string(pb, t->name, t->name_len);
+    int r = add_string(b, t->name, t->name_len);
 
     if (r < 0)
         return r;
@@ -143,16 +144,16 @@ static int add_entry(struct printbuf *pb, const struct tbm_tensor *t, uint64_t s
     if (!shape)
         return TBM_ERR_NOMEM;
     tbm_shape_text(dims, n, ",", shape, len + 1);
-    sprintbuf(pb, ":{\"dtype\":\"%s\",\"shape\":[", st_dtype(t->hdr.precision));
-    r = printbuf_memappend(pb, shape, (int)len) >= 0 ? 0 : TBM_ERR_NOMEM;
+    tbm_buf_printf(b, ":{\"dtype\":\"%s\",\"shape\":[", st_dtype(t->hdr.precision));
+    tbm_buf_add(b, shape, len);
     free(shape);
-    sprintbuf(pb, "],\"data_offsets\":[%llu,%llu]}", (unsigned long long)start,
-              (unsigned long long)end);
-    return r;
+    tbm_buf_printf(b, "],\"data_offsets\":[%llu,%llu]}", (unsigned long long)start,
+                   (unsigned long long)end);
+    return 0;
 }
 
 /* __metadata__: string values only, "omitted" a JSON array as a string. */
-static int add_metadata(struct printbuf *pb, const struct tbm_model *m, const bool *keep)
+static int add_metadata(struct tbm_buf *b, const struct tbm_model *m, const bool *keep)
 {
     struct json_object *meta = json_object_new_object();
     struct json_object *omitted = json_object_new_array();
@@ -176,9 +177,11 @@ static int add_metadata(struct printbuf *pb, const struct tbm_model *m, const bo
                            json_object_new_string(json_object_to_json_string_ext(
                                omitted, JSON_C_TO_STRING_NOSLASHESCAPE)));
     const char *text = json_object_to_json_string_ext(meta, JSON_C_TO_STRING_NOSLASHESCAPE);
-    if (text && printbuf_memappend(pb, "\"__metadata__\":", 15) >= 0 &&
-        printbuf_memappend(pb, text, (int)strlen(text)) >= 0)
+    if (text) {
+        tbm_buf_adds(b, "\"__metadata__\":");
+        tbm_buf_adds(b, text);
         r = 0;
+    }
 cleanup:
     json_object_put(omitted);
     json_object_put(meta);
@@ -189,14 +192,12 @@ cleanup:
 static int build(const struct tbm_views *v, struct tbm_safetensors *st, const bool *keep)
 {
     const struct tbm_model *m = v->model;
-    struct printbuf *pb = printbuf_new();
+    struct tbm_buf b = TBM_BUF_INIT;
     uint64_t data = 0;
-    int r = TBM_ERR_NOMEM;
+    int r;
 
-    if (!pb)
-        return r;
-    printbuf_memappend(pb, "{", 1);
-    if ((r = add_metadata(pb, m, keep)) < 0)
+    tbm_buf_adds(&b, "{");
+    if ((r = add_metadata(&b, m, keep)) < 0)
         goto cleanup;
     for (size_t t = 0; t < m->ntensors; t++) {
         const struct tbm_tensor *tensor = &m->tensors[t];
@@ -204,15 +205,18 @@ static int build(const struct tbm_views *v, struct tbm_safetensors *st, const bo
             continue;
         /* Servable: the weights lie inside the source, so their length fits. */
         uint64_t len = tensor->weights.len;
-        printbuf_memappend(pb, ",", 1);
-        if ((r = add_entry(pb, tensor, data, data + len)) < 0)
+        tbm_buf_adds(&b, ",");
+        if ((r = add_entry(&b, tensor, data, data + len)) < 0)
             goto cleanup;
         if (len)
             st->pieces[st->npieces++] = (struct piece){.start = data, .len = len, .t = t};
         data += len;
     }
-    printbuf_memappend(pb, "}", 1);
-    size_t json = (size_t)printbuf_length(pb), padded = (json + 7) / 8 * 8;
+    tbm_buf_adds(&b, "}");
+    r = TBM_ERR_NOMEM;
+    if (b.failed)
+        goto cleanup;
+    size_t json = b.len, padded = (json + 7) / 8 * 8;
     if (padded > HEADER_MAX) {
         st->too_big = true;
         st->header = padded;
@@ -225,7 +229,7 @@ static int build(const struct tbm_views *v, struct tbm_safetensors *st, const bo
         goto cleanup;
     for (int k = 0; k < 8; k++)
         st->head[k] = (char)((uint64_t)padded >> (8 * k));
-    memcpy(st->head + 8, pb->buf, json);
+    memcpy(st->head + 8, b.data, json);
     memset(st->head + 8 + json, ' ', padded - json);
     st->head_len = 8 + padded;
     for (size_t k = 0; k < st->npieces; k++)
@@ -233,7 +237,7 @@ static int build(const struct tbm_views *v, struct tbm_safetensors *st, const bo
     st->size = st->head_len + data;
     r = 0;
 cleanup:
-    printbuf_free(pb);
+    tbm_buf_free(&b);
     return r;
 }
 

@@ -3,6 +3,8 @@
  * compared and timed. Content is produced when the file is opened. */
 #include "internal.h"
 
+#include "base/buf.h"
+
 #include "tbm/text.h"
 
 #include <cblas.h>
@@ -363,40 +365,6 @@ int tbm_selftest_render(const struct tbm_views *v, const struct tbm_row *row, si
     return r < 0 ? r : selftest_doc(v, t, &res, out, len);
 }
 
-struct report {
-    char *buf;
-    size_t len, cap;
-};
-
-static int report_addf(struct report *rep, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
-
-static int report_addf(struct report *rep, const char *fmt, ...)
-{
-    va_list ap;
-    char *line;
-
-    va_start(ap, fmt);
-    int n = vasprintf(&line, fmt, ap);
-    va_end(ap);
-    if (n < 0)
-        return TBM_ERR_NOMEM;
-    if (rep->len + (size_t)n > rep->cap) {
-        size_t cap = (rep->cap + (size_t)n) * 2;
-        char *buf = realloc(rep->buf, cap);
-        if (!buf) {
-            free(line);
-            return TBM_ERR_NOMEM;
-        }
-        rep->buf = buf;
-        rep->cap = cap;
-    }
-    memcpy(rep->buf + rep->len, line, (size_t)n);
-    rep->len += (size_t)n;
-    free(line);
-    return 0;
-}
-
 #define PASS_FMT                                                                                   \
     "%s %s: %s %llux%llu (tested %llux%llu) batch %u max_abs_err %.3g tolerance %.3g speedup "     \
     "%.2fx"
@@ -440,26 +408,26 @@ static size_t summary_width(const struct tbm_views *v)
 }
 
 /* Appends a line of at most width bytes (the bound the size at mount
- * counted), then its newline; the report is padded as a whole. */
-static int report_bounded(struct report *rep, size_t width, const char *fmt, ...)
+ * counted), then its newline; the report is padded as a whole. A longer
+ * line means a bound of ours is wrong: the report is refused, never served
+ * cut. */
+static int report_bounded(struct tbm_buf *rep, size_t width, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
-static int report_bounded(struct report *rep, size_t width, const char *fmt, ...)
+static int report_bounded(struct tbm_buf *rep, size_t width, const char *fmt, ...)
 {
+    size_t before = rep->len;
     va_list ap;
-    char *line;
 
     va_start(ap, fmt);
-    int n = vasprintf(&line, fmt, ap);
+    tbm_buf_vprintf(rep, fmt, ap);
     va_end(ap);
-    if (n < 0)
-        return TBM_ERR_NOMEM;
-    int r = (size_t)n > width ? TBM_ERR_NOMEM : report_addf(rep, "%s\n", line);
-    free(line);
-    return r;
+    size_t n = rep->len - before;
+    tbm_buf_add(rep, "\n", 1);
+    return n > width ? TBM_ERR_NOMEM : 0;
 }
 
-static int report_line(const struct tbm_views *v, struct report *rep, const struct tbm_tensor *t,
+static int report_line(const struct tbm_views *v, struct tbm_buf *rep, const struct tbm_tensor *t,
                        const struct result *res, size_t counts[3])
 {
     size_t w = line_width(v, t);
@@ -500,7 +468,7 @@ int tbm_selftest_report_size(const struct tbm_views *v, const struct tbm_row *ro
 int tbm_selftest_report_render(const struct tbm_views *v, const struct tbm_row *row, size_t t,
                                char **out, size_t *len)
 {
-    struct report rep = {0};
+    struct tbm_buf rep = TBM_BUF_INIT;
     size_t counts[3] = {0, 0, 0};
     struct result res;
     int r = 0;
@@ -516,10 +484,8 @@ int tbm_selftest_report_render(const struct tbm_views *v, const struct tbm_row *
     if (r == 0)
         r = report_bounded(&rep, summary_width(v), SUMMARY_FMT, counts[0], counts[1], counts[2]);
     if (r < 0) {
-        free(rep.buf);
+        tbm_buf_free(&rep);
         return r;
     }
-    *out = rep.buf;
-    *len = rep.len;
-    return 0;
+    return tbm_buf_take(&rep, out, len);
 }
