@@ -8,7 +8,7 @@ enum tbm_status {
     TBM_ERR_NOMEM = -1,    /* allocation failed */
     TBM_ERR_IO = -2,       /* the source could not be read (it may have shrunk) */
     TBM_ERR_SOURCE = -3,   /* the source is not usable at all */
-    TBM_ERR_BROKEN = -4,   /* this view of a broken tensor cannot be served */
+    TBM_ERR_BROKEN = -4,   /* this file of a broken tensor cannot be served */
     TBM_ERR_PROBLEM = -5,  /* strict open refused a model with problems */
     TBM_ERR_STOPPED = -6,  /* given up (a self-test, a transfer): the daemon is stopping */
     TBM_ERR_NOATTR = -7,   /* no extended attribute of that name */

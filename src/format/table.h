@@ -73,7 +73,7 @@ struct tbm_tensor {
     struct tbm_region raw;     /* whole blob: header to end of last region */
     struct tbm_region weights; /* stored weight payload */
     struct tbm_region mask;    /* stored mask payload */
-    bool mask_usable;          /* the mask is applied by dense views */
+    bool mask_usable;          /* the mask is applied by the files that apply one */
     enum tbm_mask_layout mask_layout;
     uint64_t mask_groups; /* groups the stored mask holds: all, or one fewer (the tools' floor),
                            * the missing last group pruned */
@@ -160,8 +160,9 @@ int tbm_mask_read(const struct tbm_tensor *t, uint64_t g0, uint64_t n, uint8_t *
 
 /* Reads a chunk of t: the stored weights of elements [first, first + n)
  * into weights and, when mask is not NULL, the mask words of every group
- * they touch, from group first / M on, into mask. The one way every view
- * and the statistics read weights with their mask. */
+ * they touch, from group first / M on, into mask. The one way weights are
+ * read with their mask words beside them (the expansions, the statistics,
+ * the self-tests); tbm_masked_read gives stored bytes with the mask applied. */
 int tbm_chunk_read(const struct tbm_tensor *t, uint64_t first, uint64_t n, void *weights,
                    uint8_t *mask);
 

@@ -28,8 +28,8 @@ struct job {
     struct job *next;
 };
 
-/* A user's queued opens, in the order they were asked, and when the user
- * was last served. */
+/* A user's queued requests, in the order they were asked, and when the
+ * user was last served. */
 struct user {
     uid_t uid;
     uint64_t served; /* the run that last served it; 0: never */
@@ -40,7 +40,7 @@ struct user {
 /* Users with nothing queued are remembered, for their turn, up to this many;
  * past it the least recently served is forgotten, and counts as never served
  * when it comes back, as it would nearly have anyway. What is kept per user
- * is then bounded by the opens queued plus this. */
+ * is then bounded by the requests queued plus this. */
 #define IDLE_USERS 64
 
 /* Threads of one queue at most. */
@@ -52,7 +52,7 @@ struct tbm_deferred {
     unsigned nthreads;
     pthread_mutex_t lock;
     pthread_cond_t ready;
-    struct user *users; /* those with opens queued, and the idle ones remembered */
+    struct user *users; /* those with requests queued, and the idle ones remembered */
     size_t idle;
     uint64_t arrivals, runs;
     bool stopping;

@@ -1,7 +1,8 @@
 /* Failures explained: every read or open that fails with EIO is logged
- * once per tensor, row and reason (through the message channel), and a source found changed in
- * place is logged once and has the kernel's cached pages of the mount dropped, so that no reader
- * mixes the old bytes it cached with the EIO that follows. */
+ * once per tensor, row and reason (through the message channel), and a
+ * source found changed in place is logged once and has the kernel's cached
+ * pages of the mount dropped, so that no reader mixes the old bytes it
+ * cached with the EIO that follows. */
 #include "fs.h"
 
 #include <pthread.h>

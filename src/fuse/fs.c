@@ -426,7 +426,7 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
         return;
     }
     size_t t = node_tensor(&n);
-    /* A rendered row not rendered yet may take seconds (a self-test, or
+    /* A rendered file not rendered yet may take seconds (a self-test, or
      * statistics that read the whole tensor or model): answered on a thread
      * of its own. A result already rendered is handed over here: queued, its
      * open would wait for the work of others for nothing. */

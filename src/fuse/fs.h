@@ -52,8 +52,8 @@ struct tbm_fs {
 /* One past the largest inode number of the tree. */
 fuse_ino_t tbm_fs_last_ino(const struct tbm_fs *fs);
 
-/* Reports a failed read or open of row (NULL: unknown) of tensor (-1 for
- * a root file) with status: logged once per tensor, row and reason; a
+/* Reports a failed read or open of row's file (row NULL: unknown) of tensor
+ * (-1 for a root file) with status: logged once per tensor, row and reason; a
  * source changed in place is logged once more and the kernel's cache of the
  * tree dropped. */
 void tbm_fs_failed(struct tbm_fs *fs, long tensor, const struct tbm_row *row, int status);
@@ -90,8 +90,9 @@ void tbm_fs_read(const struct tbm_fs *fs, fuse_req_t req, fuse_ino_t ino,
 void tbm_fs_reply_xattr(const struct tbm_fs *fs, fuse_req_t req, size_t t, const char *name,
                         size_t size);
 
-/* Opens row of tensor t (rendering it, for a rendered row) and answers
- * req: fuse_reply_open with the open file in fi->fh, or the error. */
+/* Opens row's file of tensor t (its rendering taken, for a rendered row)
+ * and answers req: fuse_reply_open with the open file in fi->fh, or the
+ * error. */
 void tbm_fs_open_file(const struct tbm_fs *fs, fuse_req_t req, struct fuse_file_info *fi,
                       const struct tbm_row *row, size_t t);
 
@@ -113,7 +114,7 @@ bool tbm_deferred_push_xattr(struct tbm_deferred *d, fuse_req_t req, size_t t, c
 bool tbm_deferred_push_read(struct tbm_deferred *d, fuse_req_t req, fuse_ino_t ino,
                             const struct fuse_file_info *fi, size_t size, off_t off);
 /* Stops the self-test under way (a root report between two tensors), answers
- * the opens still queued with ENOTCONN and frees d (which may be NULL). */
+ * the requests still queued with ENOTCONN and frees d (which may be NULL). */
 void tbm_deferred_stop(struct tbm_deferred *d);
 
 /* Best effort, for root only: raises the readahead of the tbmfs mount on

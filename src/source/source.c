@@ -1,4 +1,4 @@
-/* What every source shares, built on its three operations. */
+/* What every source shares, built on its operations (struct tbm_source_ops). */
 #include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>

@@ -51,9 +51,9 @@ struct tbm_row {
     enum tbm_row_place place;
     enum tbm_row_bytes bytes;
     const void *arg;
-    /* Optional: what the row keeps for the mount (a size fixed at mount, a
-     * layout), made when the views are opened into *state (NULL for
-     * nothing) and given to free when they close. */
+    /* Optional: what the row keeps for the mount (a file's layout, a
+     * rendering, a lock), made when the views are opened into *state (NULL
+     * for nothing) and given to free when they close. */
     int (*prepare)(const struct tbm_views *v, const struct tbm_row *row, void **state);
     void (*free)(void *state);
     /* ROOT, optional: whether the model has this file (NULL: always). */

@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* st NULL: the statistics are not asked for (the size at mount). */
+/* st NULL: the statistics are not asked for (for the size). */
 static struct json_object *tensor_json(const struct tbm_tensor *t,
                                        const struct tbm_tensor_stats *st)
 {

@@ -1,5 +1,5 @@
 /* A tensor's shape as the views show it, in one place: the index's shape
- * as JSON (header.json, tensors.json), and the dimensions a view lays the
+ * as JSON (header.json, tensors.json), and the dimensions a file lays the
  * elements out in as text (dense.npy, model.safetensors, user.tbm.shape). */
 #include "internal.h"
 
