@@ -17,7 +17,7 @@ struct tbm_row_slot;  /* what the table keeps per row (view.c) */
 
 struct tbm_views {
     const struct tbm_model *model;
-    uint32_t batch;                  /* self-test batch */
+    struct tbm_views_options opts;   /* as given, their defaults filled in */
     struct tbm_selftests *selftests; /* every self-test's, both selftest rows' */
     struct tbm_results *results;
     struct tbm_row_slot *slots; /* one per row of the table */

@@ -172,59 +172,77 @@ static struct json_object *problems_json(const struct tbm_model *m)
     return arr;
 }
 
-static int model_doc(const struct tbm_views *v, bool with_stats, char **out, size_t *len)
-{
-    static const char *const formats[] = {"tbm", "manifest", "tb"};
-    const struct tbm_model *m = v->model;
-    struct json_object *o = json_object_new_object();
-    uint64_t total = 0, kept = 0, warnings = 0, warned = 0;
+/* The model's sums over its tensors: weights, and with the statistics
+ * kept elements and warnings. */
+struct sums {
+    uint64_t total, kept, warnings, warned;
+};
 
-    if (!o)
-        return TBM_ERR_NOMEM;
+static int sum_tensors(const struct tbm_model *m, bool with_stats, struct sums *s)
+{
+    *s = (struct sums){0};
     for (size_t i = 0; i < m->ntensors; i++) {
         const struct tbm_tensor *t = &m->tensors[i];
-        if (t->header_sound)
-            total = add_sat(total, t->hdr.num_weights);
         const struct tbm_tensor_stats *st = NULL;
         int r = with_stats ? tbm_tensor_stats_get(m, i, &st) : 0;
-        if (r < 0) {
-            /* a total short of a tensor is not served as the total */
-            json_object_put(o);
-            return r;
-        }
+        if (r < 0)
+            return r; /* a total short of a tensor is not served as the total */
+        if (t->header_sound)
+            s->total = add_sat(s->total, t->hdr.num_weights);
         size_t n = t->warnings.count + (st ? st->warnings.count : 0);
         if (st && st->known)
-            kept = add_sat(kept, st->counts.kept);
-        warnings += n;
-        warned += n > 0;
+            s->kept = add_sat(s->kept, st->counts.kept);
+        s->warnings += n;
+        s->warned += n > 0;
     }
-    json_object_object_add(o, "format", json_object_new_string(formats[m->kind]));
-    char source[4096];
-    tbm_text_clean(source, sizeof(source), m->path, strlen(m->path));
-    json_object_object_add(o, "source", json_object_new_string(source));
-    json_object_object_add(o, "architecture",
-                           m->architecture ? json_object_new_string(m->architecture) : NULL);
-    json_object_object_add(o, "config", json_object_get(m->config));
-    json_object_object_add(o, "tensor_count", json_object_new_uint64(m->ntensors));
-    json_object_object_add(o, "total_weights", json_object_new_uint64(total));
-    json_object_object_add(o, "total_kept",
-                           with_stats ? json_object_new_uint64(kept) : json_object_new_uint64(0));
-    json_object_object_add(o, "tensors_with_problems", json_object_new_uint64(m->nproblem_tensors));
-    json_object_object_add(o, "problems", problems_json(m));
-    json_object_object_add(o, "warnings", json_object_new_uint64(warnings));
-    json_object_object_add(o, "tensors_with_warnings", json_object_new_uint64(warned));
-    json_object_object_add(o, "kernels", json_object_new_string(tbm_isa_name(m->isa)));
+    return 0;
+}
+
+/* views_missing and views_notes, as the rows say: missing is [] for a
+ * model of a kind that has every file (the llama family's). */
+static int add_views_notes(const struct tbm_views *v, struct json_object *o)
+{
     struct json_object *missing = json_object_new_array(), *notes = json_object_new_array();
     bool expected;
     int r = missing && notes ? tbm_views_notes(v, missing, notes, &expected) : TBM_ERR_NOMEM;
-    /* [] for a model of a kind that has every file (the llama family's) */
+
     if (r == 0 && (expected || json_object_array_length(missing)))
         json_object_object_add(o, "views_missing", json_object_get(missing));
     if (r == 0 && json_object_array_length(notes))
         json_object_object_add(o, "views_notes", json_object_get(notes));
     json_object_put(missing);
     json_object_put(notes);
-    if (r == 0)
+    return r;
+}
+
+static int model_doc(const struct tbm_views *v, bool with_stats, char **out, size_t *len)
+{
+    static const char *const formats[] = {"tbm", "manifest", "tb"};
+    const struct tbm_model *m = v->model;
+    struct json_object *o = json_object_new_object();
+    char source[4096];
+    struct sums s;
+    int r = o ? sum_tensors(m, with_stats, &s) : TBM_ERR_NOMEM;
+
+    if (r < 0) {
+        json_object_put(o);
+        return r;
+    }
+    tbm_text_clean(source, sizeof(source), m->path, strlen(m->path));
+    json_object_object_add(o, "format", json_object_new_string(formats[m->kind]));
+    json_object_object_add(o, "source", json_object_new_string(source));
+    json_object_object_add(o, "architecture",
+                           m->architecture ? json_object_new_string(m->architecture) : NULL);
+    json_object_object_add(o, "config", json_object_get(m->config));
+    json_object_object_add(o, "tensor_count", json_object_new_uint64(m->ntensors));
+    json_object_object_add(o, "total_weights", json_object_new_uint64(s.total));
+    json_object_object_add(o, "total_kept", json_object_new_uint64(with_stats ? s.kept : 0));
+    json_object_object_add(o, "tensors_with_problems", json_object_new_uint64(m->nproblem_tensors));
+    json_object_object_add(o, "problems", problems_json(m));
+    json_object_object_add(o, "warnings", json_object_new_uint64(s.warnings));
+    json_object_object_add(o, "tensors_with_warnings", json_object_new_uint64(s.warned));
+    json_object_object_add(o, "kernels", json_object_new_string(tbm_isa_name(m->isa)));
+    if ((r = add_views_notes(v, o)) == 0)
         r = tbm_json_dump(o, out, len);
     json_object_put(o);
     return r;

@@ -185,59 +185,48 @@ bool tbm_results_ready(const struct tbm_views *v, const struct tbm_row *row, siz
     return ready;
 }
 
-int tbm_results_get(const struct tbm_views *v, const struct tbm_row *row, size_t t,
-                    struct tbm_result **out)
+/* The cached result of row for tensor t (*out, a reference taken), once
+ * any render of it under way is done: 1. Else an entry marked running,
+ * which the caller is to render and publish: 0 (TBM_ERR_NOMEM). */
+static int claim(struct tbm_results *c, const struct tbm_row *row, size_t t, struct entry **claimed,
+                 struct tbm_result **out)
 {
-    struct tbm_results *c = v->results;
     struct entry *e;
-    char *doc;
-    size_t len;
-    int r;
 
     pthread_mutex_lock(&c->lock);
-    for (;;) {
-        e = *find(c, row, t);
-        if (!e || !e->running)
-            break;
+    while ((e = *find(c, row, t)) && e->running)
         pthread_cond_wait(&c->done, &c->lock);
-    }
     if (e) {
         *out = take(e->result);
         if (row->evictable) {
             unlink_lru(c, e);
             push_lru(c, e);
         }
-        pthread_mutex_unlock(&c->lock);
-        return 0;
+    } else if ((e = calloc(1, sizeof(*e)))) {
+        *e = (struct entry){.row = row, .t = t, .running = true};
+        *find(c, row, t) = e;
+        *claimed = e;
     }
-    e = calloc(1, sizeof(*e));
-    if (!e) {
-        pthread_mutex_unlock(&c->lock);
-        return TBM_ERR_NOMEM;
-    }
-    *e = (struct entry){.row = row, .t = t, .running = true};
-    struct entry **slot = find(c, row, t);
-    *slot = e;
     pthread_mutex_unlock(&c->lock);
+    return !e ? TBM_ERR_NOMEM : *claimed ? 0 : 1;
+}
 
-    r = tbm_row_render(v, row, t, &doc, &len);
-    struct tbm_result *res = r < 0 ? NULL : tbm_result_new(doc, len);
-    if (r == 0)
-        free(doc);
-    if (r == 0 && !res)
-        r = TBM_ERR_NOMEM;
-
+/* Ends a claimed entry's render: res cached (one reference into *out), or
+ * the entry dropped when the render failed (r < 0), so that a later open
+ * tries again (a source read may succeed then, a stopping daemon's report
+ * is not the report); whoever waited is woken either way. */
+static void publish(struct tbm_results *c, struct entry *e, int r, struct tbm_result *res,
+                    struct tbm_result **out)
+{
     pthread_mutex_lock(&c->lock);
     if (r < 0) {
-        /* not cached: a later open tries again (a source read may succeed
-         * then, a stopping daemon's report is not the report) */
-        *find(c, row, t) = e->next;
+        *find(c, e->row, e->t) = e->next;
         free(e);
     } else {
         e->running = false;
         e->result = res;
         *out = take(res);
-        if (row->evictable) {
+        if (e->row->evictable) {
             push_lru(c, e);
             c->evictable_bytes += res->len;
             evict(c);
@@ -245,5 +234,25 @@ int tbm_results_get(const struct tbm_views *v, const struct tbm_row *row, size_t
     }
     pthread_cond_broadcast(&c->done);
     pthread_mutex_unlock(&c->lock);
+}
+
+int tbm_results_get(const struct tbm_views *v, const struct tbm_row *row, size_t t,
+                    struct tbm_result **out)
+{
+    struct entry *e = NULL;
+    struct tbm_result *res = NULL;
+    char *doc;
+    size_t len;
+    int r = claim(v->results, row, t, &e, out);
+
+    if (r != 0)
+        return r < 0 ? r : 0;
+    r = tbm_row_render(v, row, t, &doc, &len);
+    if (r == 0) {
+        res = tbm_result_new(doc, len);
+        free(doc);
+        r = res ? 0 : TBM_ERR_NOMEM;
+    }
+    publish(v->results, e, r, res, out);
     return r;
 }

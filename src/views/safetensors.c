@@ -188,6 +188,32 @@ cleanup:
     return r;
 }
 
+/* Fixes the file's head (the header's length, then the header, padded
+ * with spaces to a multiple of 8) from its JSON, and the pieces after it;
+ * a header safetensors loaders would refuse makes no file. */
+static int place(struct tbm_safetensors *st, const char *json, size_t len, uint64_t data)
+{
+    size_t padded = (len + 7) / 8 * 8;
+
+    if (padded > HEADER_MAX) {
+        st->too_big = true;
+        st->header = padded;
+        st->npieces = 0;
+        return 0;
+    }
+    if (!(st->head = malloc(8 + padded)))
+        return TBM_ERR_NOMEM;
+    for (int k = 0; k < 8; k++)
+        st->head[k] = (char)((uint64_t)padded >> (8 * k));
+    memcpy(st->head + 8, json, len);
+    memset(st->head + 8 + len, ' ', padded - len);
+    st->head_len = 8 + padded;
+    for (size_t k = 0; k < st->npieces; k++)
+        st->pieces[k].start += st->head_len;
+    st->size = st->head_len + data;
+    return 0;
+}
+
 /* Renders the header and places every kept tensor's data after it. */
 static int build(const struct tbm_views *v, struct tbm_safetensors *st, const bool *keep)
 {
@@ -197,46 +223,22 @@ static int build(const struct tbm_views *v, struct tbm_safetensors *st, const bo
     int r;
 
     tbm_buf_adds(&b, "{");
-    if ((r = add_metadata(&b, m, keep)) < 0)
-        goto cleanup;
-    for (size_t t = 0; t < m->ntensors; t++) {
+    r = add_metadata(&b, m, keep);
+    for (size_t t = 0; t < m->ntensors && r == 0; t++) {
         const struct tbm_tensor *tensor = &m->tensors[t];
         if (!keep[t])
             continue;
         /* Servable: the weights lie inside the source, so their length fits. */
         uint64_t len = tensor->weights.len;
         tbm_buf_adds(&b, ",");
-        if ((r = add_entry(&b, tensor, data, data + len)) < 0)
-            goto cleanup;
+        r = add_entry(&b, tensor, data, data + len);
         if (len)
             st->pieces[st->npieces++] = (struct piece){.start = data, .len = len, .t = t};
         data += len;
     }
     tbm_buf_adds(&b, "}");
-    r = TBM_ERR_NOMEM;
-    if (b.failed)
-        goto cleanup;
-    size_t json = b.len, padded = (json + 7) / 8 * 8;
-    if (padded > HEADER_MAX) {
-        st->too_big = true;
-        st->header = padded;
-        st->npieces = 0;
-        r = 0;
-        goto cleanup;
-    }
-    r = TBM_ERR_NOMEM;
-    if (!(st->head = malloc(8 + padded)))
-        goto cleanup;
-    for (int k = 0; k < 8; k++)
-        st->head[k] = (char)((uint64_t)padded >> (8 * k));
-    memcpy(st->head + 8, b.data, json);
-    memset(st->head + 8 + json, ' ', padded - json);
-    st->head_len = 8 + padded;
-    for (size_t k = 0; k < st->npieces; k++)
-        st->pieces[k].start += st->head_len;
-    st->size = st->head_len + data;
-    r = 0;
-cleanup:
+    if (r == 0)
+        r = b.failed ? TBM_ERR_NOMEM : place(st, b.data, b.len, data);
     tbm_buf_free(&b);
     return r;
 }

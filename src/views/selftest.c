@@ -215,7 +215,7 @@ static bool selftest_plan(const struct tbm_views *v, const struct tbm_tensor *t,
                           struct result *res)
 {
     memset(res, 0, sizeof(*res));
-    res->batch = v->batch;
+    res->batch = v->opts.selftest_batch;
     if (t->problems.count > 0) {
         /* the problem is valid UTF-8 already; the cut keeps it so */
         char line[2048];

@@ -209,16 +209,18 @@ void *tbm_row_state(const struct tbm_views *v, const struct tbm_row *row)
 int tbm_views_open(const struct tbm_model *model, const struct tbm_views_options *opts,
                    struct tbm_views **out)
 {
-    uint32_t batch = opts && opts->selftest_batch ? opts->selftest_batch : TBM_BATCH_DEFAULT;
     struct tbm_views *v = calloc(1, sizeof(*v));
     int r = TBM_ERR_NOMEM;
 
-    assert(batch <= TBM_BATCH_MAX);
     *out = NULL;
     if (!v)
         return r;
     v->model = model;
-    v->batch = batch;
+    if (opts)
+        v->opts = *opts;
+    if (!v->opts.selftest_batch)
+        v->opts.selftest_batch = TBM_BATCH_DEFAULT;
+    assert(v->opts.selftest_batch <= TBM_BATCH_MAX);
     if (!(v->slots = calloc(ROWS, sizeof(*v->slots))) || (r = tbm_results_init(v)) < 0 ||
         (r = tbm_selftests_init(v)) < 0)
         goto out_err;
