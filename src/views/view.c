@@ -8,6 +8,32 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* Kinds served by several rows: each row one variant, its arg. */
+#define BLOB_PART_ROW(file, part)                                                                  \
+    {                                                                                              \
+        .name = file, .place = TBM_ROW_TENSOR, .bytes = TBM_BYTES_SOURCE,                          \
+        .arg = &(const enum tbm_blob_part){part}, .region = tbm_part_region,                       \
+    }
+#define DENSE_ROW(file, npy)                                                                       \
+    {                                                                                              \
+        .name = file, .place = TBM_ROW_TENSOR, .bytes = TBM_BYTES_SOURCE,                          \
+        .arg = &(const bool){npy}, .servable = tbm_dense_servable, .region = tbm_dense_region,     \
+        .size = tbm_dense_size, .read = tbm_dense_read,                                            \
+    }
+#define PICTURE_ROW(file, what)                                                                    \
+    {                                                                                              \
+        .name = file, .place = TBM_ROW_TENSOR, .bytes = TBM_BYTES_RENDERED,                        \
+        .arg = &(const enum tbm_picture){what}, .servable = tbm_dense_servable,                    \
+        .size = tbm_picture_size, .render = tbm_picture_render, .slow = true, .evictable = true,   \
+    }
+#define GGUF_ROW(file, variant)                                                                    \
+    {                                                                                              \
+        .name = file, .place = TBM_ROW_ROOT, .bytes = TBM_BYTES_COMPUTED, .arg = &variant,         \
+        .prepare = tbm_gguf_prepare, .free = tbm_gguf_free, .present = tbm_gguf_present,           \
+        .size = tbm_gguf_size, .read = tbm_gguf_read, .span = tbm_gguf_span,                       \
+        .notes = tbm_gguf_notes,                                                                   \
+    }
+
 /* Listing order within each place is the order of the rows. */
 static const struct tbm_row table[] = {
     {
@@ -62,39 +88,9 @@ static const struct tbm_row table[] = {
         .free = tbm_buffer_free,
         .present = tbm_config_json_present,
     },
-    {
-        .name = "model.gguf",
-        .place = TBM_ROW_ROOT,
-        .bytes = TBM_BYTES_COMPUTED,
-        .arg = &tbm_gguf_stored,
-        .prepare = tbm_gguf_prepare,
-        .free = tbm_gguf_free,
-        .present = tbm_gguf_present,
-        .size = tbm_gguf_size,
-        .read = tbm_gguf_read,
-        .span = tbm_gguf_span,
-        .notes = tbm_gguf_notes,
-    },
-    {
-        .name = "model.Q8_0.gguf",
-        .place = TBM_ROW_ROOT,
-        .bytes = TBM_BYTES_COMPUTED,
-        .arg = &tbm_gguf_q8_0,
-        .prepare = tbm_gguf_prepare,
-        .free = tbm_gguf_free,
-        .present = tbm_gguf_present,
-        .size = tbm_gguf_size,
-        .read = tbm_gguf_read,
-        .span = tbm_gguf_span,
-        .notes = tbm_gguf_notes,
-    },
-    {
-        .name = "raw.tb",
-        .place = TBM_ROW_TENSOR,
-        .bytes = TBM_BYTES_SOURCE,
-        .arg = &(const enum tbm_blob_part){TBM_PART_RAW},
-        .region = tbm_part_region,
-    },
+    GGUF_ROW("model.gguf", tbm_gguf_stored),
+    GGUF_ROW("model.Q8_0.gguf", tbm_gguf_q8_0),
+    BLOB_PART_ROW("raw.tb", TBM_PART_RAW),
     {
         .name = "header.json",
         .place = TBM_ROW_TENSOR,
@@ -107,40 +103,10 @@ static const struct tbm_row table[] = {
          * is full */
         .evictable = true,
     },
-    {
-        .name = "weights.bin",
-        .place = TBM_ROW_TENSOR,
-        .bytes = TBM_BYTES_SOURCE,
-        .arg = &(const enum tbm_blob_part){TBM_PART_WEIGHTS},
-        .region = tbm_part_region,
-    },
-    {
-        .name = "mask.bin",
-        .place = TBM_ROW_TENSOR,
-        .bytes = TBM_BYTES_SOURCE,
-        .arg = &(const enum tbm_blob_part){TBM_PART_MASK},
-        .region = tbm_part_region,
-    },
-    {
-        .name = "dense.f32",
-        .place = TBM_ROW_TENSOR,
-        .bytes = TBM_BYTES_SOURCE,
-        .arg = &(const bool){false}, /* no .npy header */
-        .servable = tbm_dense_servable,
-        .region = tbm_dense_region,
-        .size = tbm_dense_size,
-        .read = tbm_dense_read,
-    },
-    {
-        .name = "dense.npy",
-        .place = TBM_ROW_TENSOR,
-        .bytes = TBM_BYTES_SOURCE,
-        .arg = &(const bool){true},
-        .servable = tbm_dense_servable,
-        .region = tbm_dense_region,
-        .size = tbm_dense_size,
-        .read = tbm_dense_read,
-    },
+    BLOB_PART_ROW("weights.bin", TBM_PART_WEIGHTS),
+    BLOB_PART_ROW("mask.bin", TBM_PART_MASK),
+    DENSE_ROW("dense.f32", false),
+    DENSE_ROW("dense.npy", true), /* the same bytes after an NPY header */
     {
         .name = "selftest",
         .place = TBM_ROW_TENSOR,
@@ -161,28 +127,8 @@ static const struct tbm_row table[] = {
         .slow = true,
         .evictable = true,
     },
-    {
-        .name = "mask.png",
-        .place = TBM_ROW_TENSOR,
-        .bytes = TBM_BYTES_RENDERED,
-        .arg = &(const enum tbm_picture){TBM_PICTURE_MASK},
-        .servable = tbm_dense_servable,
-        .size = tbm_picture_size,
-        .render = tbm_picture_render,
-        .slow = true,
-        .evictable = true,
-    },
-    {
-        .name = "weights.png",
-        .place = TBM_ROW_TENSOR,
-        .bytes = TBM_BYTES_RENDERED,
-        .arg = &(const enum tbm_picture){TBM_PICTURE_WEIGHTS},
-        .servable = tbm_dense_servable,
-        .size = tbm_picture_size,
-        .render = tbm_picture_render,
-        .slow = true,
-        .evictable = true,
-    },
+    PICTURE_ROW("mask.png", TBM_PICTURE_MASK),
+    PICTURE_ROW("weights.png", TBM_PICTURE_WEIGHTS),
 };
 
 #define ROWS (sizeof(table) / sizeof(table[0]))

@@ -353,22 +353,29 @@ static char *check_row(const struct tbm_views *v, const struct tbm_row *row, siz
     return whole;
 }
 
-static void small_rows(void **state)
+/* Opens dir/name with its sources behind a holding one, and its views. */
+static void open_views(const char *name, struct tbm_model **m, struct tbm_views **v)
 {
     struct tbm_open_options opts = {.isa = TBM_ISA_SCALAR};
+    char path[128], err[512];
+
+    snprintf(path, sizeof(path), "%s/%s", dir, name);
+    assert_int_equal(tbm_model_open(path, &opts, m, err, sizeof(err)), 0);
+    door_hold_model(*m, HOLD_BLOCK);
+    assert_int_equal(tbm_views_open(*m, NULL, v), 0);
+    memset(seen, 0, sizeof(seen));
+}
+
+static void small_rows(void **state)
+{
     struct tbm_model *m = NULL;
     struct tbm_views *v = NULL;
-    char path[128], err[512];
     size_t wlen, reflen;
 
     (void)state;
     write_small();
-    snprintf(path, sizeof(path), "%s/m.tbm", dir);
-    assert_int_equal(tbm_model_open(path, &opts, &m, err, sizeof(err)), 0);
-    door_hold_model(m, HOLD_BLOCK);
-    assert_int_equal(tbm_views_open(m, NULL, &v), 0);
+    open_views("m.tbm", &m, &v);
     assert_int_equal(tbm_views_tensor_count(v), NSPECS);
-    memset(seen, 0, sizeof(seen));
     for (size_t k = 0; k < tbm_row_count(TBM_ROW_ROOT); k++) {
         const struct tbm_row *row = tbm_row_at(TBM_ROW_ROOT, k);
         const char *name = tbm_row_name(row);
@@ -509,19 +516,13 @@ static void write_llama(void)
  * ranges that lie in a tensor stored as it is are spliced and held. */
 static void llama_rows(void **state)
 {
-    struct tbm_open_options opts = {.isa = TBM_ISA_SCALAR};
     struct tbm_model *m = NULL;
     struct tbm_views *v = NULL;
-    char path[128], err[512];
     size_t wlen;
 
     (void)state;
     write_llama();
-    snprintf(path, sizeof(path), "%s/llama.tbm", dir);
-    assert_int_equal(tbm_model_open(path, &opts, &m, err, sizeof(err)), 0);
-    door_hold_model(m, HOLD_BLOCK);
-    assert_int_equal(tbm_views_open(m, NULL, &v), 0);
-    memset(seen, 0, sizeof(seen));
+    open_views("llama.tbm", &m, &v);
     for (size_t k = 0; k < tbm_row_count(TBM_ROW_ROOT); k++) {
         const struct tbm_row *row = tbm_row_at(TBM_ROW_ROOT, k);
         const char *name = tbm_row_name(row);
