@@ -68,11 +68,11 @@ int door_read(struct tbm_file *f, uint64_t off, size_t len, char *dst, enum door
     return r;
 }
 
-int door_read_view(const struct tbm_views *views, const struct tbm_row *view, size_t t,
-                   uint64_t off, size_t len, char *dst, enum door_mode mode, size_t *got)
+int door_read_row(const struct tbm_views *views, const struct tbm_row *row, size_t t, uint64_t off,
+                  size_t len, char *dst, enum door_mode mode, size_t *got)
 {
     struct tbm_file *f;
-    int r = tbm_file_open(views, view, t, &f);
+    int r = tbm_file_open(views, row, t, &f);
 
     *got = 0;
     if (r < 0)

@@ -35,10 +35,10 @@ struct door_seen {
 int door_read(struct tbm_file *f, uint64_t off, size_t len, char *dst, enum door_mode mode,
               size_t *got, struct door_seen *seen);
 
-/* Opens row view of tensor t and reads len bytes at off through it (one
+/* Opens row's file of tensor t and reads len bytes at off through it (one
  * open, one read, one close). */
-int door_read_view(const struct tbm_views *views, const struct tbm_row *view, size_t t,
-                   uint64_t off, size_t len, char *dst, enum door_mode mode, size_t *got);
+int door_read_row(const struct tbm_views *views, const struct tbm_row *row, size_t t, uint64_t off,
+                  size_t len, char *dst, enum door_mode mode, size_t *got);
 
 /* Puts every source of m behind a holding source: reads, identity and
  * descriptor are the source's own, and, while the mode of a door_read is

@@ -1,6 +1,6 @@
 /* libFuzzer target over the whole source-opening path: each input becomes a
  * .tbm container (and, as its first byte selects, a bare .tb and a manifest
- * directory) that is opened, validated and read through every view by the
+ * directory) that is opened, validated and read through every row by the
  * daemon's door (tests/common/door.h): as bytes, as ranges to splice and as
  * pieces a source holds, each checked against the others. */
 #include "fuzz_target.h"
@@ -19,7 +19,7 @@
 #include "tbm/names.h"
 #include "tbm/view.h"
 
-/* A row of the view table by place and name. */
+/* A row of the table by place and name. */
 #define ROW(place, name) tbm_row_find(TBM_ROW_##place, name)
 
 /* Input layout: byte 0 is the mode, the rest the payload.
@@ -285,28 +285,28 @@ static int read_checked(struct tbm_file *f, uint64_t size, uint64_t off, size_t 
     return 0;
 }
 
-/* Whether a view opens: it can be served. */
-static bool servable(const struct tbm_views *v, const struct tbm_row *kind, size_t t)
+/* Whether a row's file opens: it can be served. */
+static bool servable(const struct tbm_views *v, const struct tbm_row *row, size_t t)
 {
     struct tbm_file *f;
-    int r = tbm_file_open(v, kind, t, &f);
+    int r = tbm_file_open(v, row, t, &f);
 
     CHECK(r == 0 || r == TBM_ERR_BROKEN);
     tbm_file_close(f);
     return r == 0;
 }
 
-/* A view opens exactly when its reads succeed, and a tensor without
- * problems serves every view; a view that does not open has size 0. */
-static void probe_view(const struct tbm_views *v, const struct tbm_row *kind, size_t t, bool sound)
+/* A row's file opens exactly when its reads succeed, and a tensor without
+ * problems serves every row; a file that does not open has size 0. */
+static void probe_row(const struct tbm_views *v, const struct tbm_row *row, size_t t, bool sound)
 {
     struct tbm_file *f;
     uint64_t size;
-    int r = tbm_file_open(v, kind, t, &f);
+    int r = tbm_file_open(v, row, t, &f);
 
     CHECK(r == 0 || r == TBM_ERR_BROKEN);
     CHECK(r == 0 || !sound);
-    CHECK(tbm_row_size(v, kind, t, &size) == 0 && (r == 0 || size == 0));
+    CHECK(tbm_row_size(v, row, t, &size) == 0 && (r == 0 || size == 0));
     if (r < 0)
         return;
     CHECK(read_checked(f, size, 0, HEAD_READ, 1027) == 0);
@@ -332,36 +332,36 @@ static void check_npy(const struct tbm_views *v, size_t t)
     CHECK(tbm_row_size(v, ROW(TENSOR, "dense.npy"), t, &nsize) == 0);
     CHECK(nsize > fsize && (nsize - fsize) % 64 == 0 && nsize - fsize <= 10 + 65535);
     uint64_t hlen = nsize - fsize;
-    CHECK(door_read_view(v, ROW(TENSOR, "dense.npy"), t, 0, 10, (char *)head, DOOR_BYTES, &got) ==
+    CHECK(door_read_row(v, ROW(TENSOR, "dense.npy"), t, 0, 10, (char *)head, DOOR_BYTES, &got) ==
               0 &&
           got == 10);
     CHECK(memcmp(head, "\x93NUMPY\x01\x00", 8) == 0);
     CHECK((uint64_t)(head[8] | head[9] << 8) + 10 == hlen);
-    CHECK(door_read_view(v, ROW(TENSOR, "dense.npy"), t, hlen - 1, 1, &nl, DOOR_BYTES, &got) == 0 &&
+    CHECK(door_read_row(v, ROW(TENSOR, "dense.npy"), t, hlen - 1, 1, &nl, DOOR_BYTES, &got) == 0 &&
           got == 1);
     CHECK(nl == '\n');
 
     k = fsize < PROBE ? (size_t)fsize : PROBE;
     if (k == 0)
         return;
-    CHECK(door_read_view(v, ROW(TENSOR, "dense.f32"), t, fsize - k, k, bufa, DOOR_BYTES, &got) ==
+    CHECK(door_read_row(v, ROW(TENSOR, "dense.f32"), t, fsize - k, k, bufa, DOOR_BYTES, &got) ==
               0 &&
           got == k);
-    CHECK(door_read_view(v, ROW(TENSOR, "dense.npy"), t, nsize - k, k, bufb, DOOR_SPLICE, &got) ==
+    CHECK(door_read_row(v, ROW(TENSOR, "dense.npy"), t, nsize - k, k, bufb, DOOR_SPLICE, &got) ==
               0 &&
           got == k);
     CHECK(memcmp(bufa, bufb, k) == 0);
 }
 
-/* Reads [off, off + len) of a view that must serve all of it. */
-static char *read_range(const struct tbm_views *v, const struct tbm_row *kind, size_t t,
+/* Reads [off, off + len) of a row's file that must serve all of it. */
+static char *read_range(const struct tbm_views *v, const struct tbm_row *row, size_t t,
                         uint64_t off, uint64_t len)
 {
     char *buf = malloc(len + 1);
     size_t got;
 
     CHECK(buf != NULL);
-    CHECK(door_read_view(v, kind, t, off, len, buf, DOOR_BYTES, &got) == 0 && got == len);
+    CHECK(door_read_row(v, row, t, off, len, buf, DOOR_BYTES, &got) == 0 && got == len);
     return buf;
 }
 
@@ -480,8 +480,8 @@ static void check_dense_range(const struct tbm_views *v, const struct tbm_tensor
 
     CHECK(mem != NULL);
     load_payload(v, t, i, first, count, &p);
-    CHECK(door_read_view(v, ROW(TENSOR, "dense.f32"), i, first * 4, count * 4, dense, DOOR_BYTES,
-                         &got) == 0 &&
+    CHECK(door_read_row(v, ROW(TENSOR, "dense.f32"), i, first * 4, count * 4, dense, DOOR_BYTES,
+                        &got) == 0 &&
           got == count * 4);
     for (uint64_t k = first; k < first + count; k++) {
         uint32_t want = kept_bit(&p, k) ? expected_f32(t->hdr.precision, stored_bits(&p, k)) : 0;
@@ -569,15 +569,15 @@ static bool has_keys(struct json_object *o, const char *const *keys)
     return true;
 }
 
-static struct json_object *read_document(const struct tbm_views *v, const struct tbm_row *kind,
+static struct json_object *read_document(const struct tbm_views *v, const struct tbm_row *row,
                                          size_t t)
 {
     uint64_t size;
 
-    CHECK(tbm_row_size(v, kind, t, &size) == 0);
+    CHECK(tbm_row_size(v, row, t, &size) == 0);
     if (size > WHOLE_MAX)
         return NULL;
-    char *buf = read_range(v, kind, t, 0, size);
+    char *buf = read_range(v, row, t, 0, size);
     struct json_object *o = parse_document(buf, size);
     free(buf);
     return o;
@@ -671,7 +671,7 @@ static void exercise_views(const struct tbm_views *v, const struct tbm_model *m)
     for (size_t k = 0; k < tbm_row_count(TBM_ROW_ROOT); k++) {
         const struct tbm_row *row = tbm_row_at(TBM_ROW_ROOT, k);
         if (tbm_row_present(v, row) && !tbm_row_slow(row))
-            probe_view(v, row, 0, true);
+            probe_row(v, row, 0, true);
     }
     check_model_json(v, m);
     if (m->kind == TBM_SOURCE_BLOB)
@@ -680,7 +680,7 @@ static void exercise_views(const struct tbm_views *v, const struct tbm_model *m)
         const struct tbm_tensor *t = &m->tensors[i];
         for (size_t k = 0; k < tbm_row_count(TBM_ROW_TENSOR); k++)
             if (!tbm_row_slow(tbm_row_at(TBM_ROW_TENSOR, k)))
-                probe_view(v, tbm_row_at(TBM_ROW_TENSOR, k), i, t->problems.count == 0);
+                probe_row(v, tbm_row_at(TBM_ROW_TENSOR, k), i, t->problems.count == 0);
         check_npy(v, i);
         check_header_json(v, t, i);
         check_payload(v, m, t, i);

@@ -1,5 +1,5 @@
 /* libFuzzer target that opens a model from arbitrary bytes and reads random
- * ranges of every view of it through the daemon's door (tests/common/door.h).
+ * ranges of every file of it through the daemon's door (tests/common/door.h).
  * Each input is written over one file in memory (tmpfs), kept open for the
  * whole run: no file is made per input. It has no reference of its own
  * (fuzz_source checks the bytes); its oracle is the sanitizers and the
@@ -30,7 +30,7 @@
 #define HEAD        1
 
 #define MAX_TENSORS 16          /* tensors whose views are read */
-#define READS       4           /* random ranges per view */
+#define READS       4           /* random ranges per file */
 #define READ_MAX    (64u << 10) /* bytes per range at most */
 
 #define CHECK(cond) ((cond) ? (void)0 : check_failed(#cond, __LINE__))
@@ -81,20 +81,19 @@ static uint64_t splitmix64(uint64_t *s)
     return z ^ (z >> 31);
 }
 
-/* READS ranges of view for tensor t: at the start, at the end, and at
+/* READS ranges of row's file for tensor t: at the start, at the end, and at
  * random offsets; each within the size gives exactly its bytes, read as
- * bytes and again as the seed picks (a range to splice, held pieces). A view
+ * bytes and again as the seed picks (a range to splice, held pieces). A file
  * that does not open (cannot be served) has size 0. */
-static void read_view(const struct tbm_views *v, const struct tbm_row *view, size_t t,
-                      uint64_t *seed)
+static void read_row(const struct tbm_views *v, const struct tbm_row *row, size_t t, uint64_t *seed)
 {
     struct tbm_file *f;
     uint64_t size;
     size_t got, got2;
 
-    if (!tbm_row_present(v, view) || tbm_row_slow(view) || tbm_row_size(v, view, t, &size) < 0)
+    if (!tbm_row_present(v, row) || tbm_row_slow(row) || tbm_row_size(v, row, t, &size) < 0)
         return;
-    int st = tbm_file_open(v, view, t, &f);
+    int st = tbm_file_open(v, row, t, &f);
     CHECK(st == 0 || (st == TBM_ERR_BROKEN && size == 0) || st == TBM_ERR_NOMEM);
     if (st < 0)
         return;
@@ -105,7 +104,7 @@ static void read_view(const struct tbm_views *v, const struct tbm_row *view, siz
         enum door_mode mode = (enum door_mode)(1 + splitmix64(seed) % 2);
         st = door_read(f, off, len, buf, DOOR_BYTES, &got, NULL);
         uint64_t want = off < size ? (size - off < len ? size - off : len) : 0;
-        /* a read can fail (a view the source cannot give), never give more */
+        /* a read can fail (a file the source cannot give), never give more */
         CHECK(st < 0 || got == want);
         if (st == 0) {
             CHECK(door_read(f, off, len, again, mode, &got2, NULL) == 0);
@@ -136,11 +135,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     door_hold_model(m, (size_t)4096 << (seed % 5));
     CHECK(tbm_views_open(m, NULL, &v) == 0);
     for (size_t k = 0; k < tbm_row_count(TBM_ROW_ROOT); k++)
-        read_view(v, tbm_row_at(TBM_ROW_ROOT, k), 0, &seed);
+        read_row(v, tbm_row_at(TBM_ROW_ROOT, k), 0, &seed);
     size_t n = tbm_views_tensor_count(v);
     for (size_t t = 0; t < n && t < MAX_TENSORS; t++)
         for (size_t k = 0; k < tbm_row_count(TBM_ROW_TENSOR); k++)
-            read_view(v, tbm_row_at(TBM_ROW_TENSOR, k), t, &seed);
+            read_row(v, tbm_row_at(TBM_ROW_TENSOR, k), t, &seed);
     CHECK(door_holds_outstanding() == 0);
     tbm_views_close(v);
     tbm_model_close(m);

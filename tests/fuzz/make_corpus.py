@@ -6,7 +6,7 @@ committed files.
 
 Each seed is a fuzz input: one mode byte (see fuzz_source.c: bit 0 also opens a bare .tb, bit 1
 also a manifest directory, bit 2 a framed payload, bit 3 strict, bits 4-5 the kernels), then the
-payload.
+payload. fuzz_views reads the same seeds (bit 0 and bit 3 alone mean something to it).
 """
 
 import json
