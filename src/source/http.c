@@ -15,7 +15,7 @@
 #include <time.h>
 
 #include "cache.h"
-#include "reply.h"
+#include "answer.h"
 #include "s3.h"
 #include "tbm/log.h"
 #include "tbm/names.h"
@@ -95,7 +95,7 @@ struct response {
     unsigned char *buf;
     size_t cap, got;
     bool too_long;
-    struct tbm_reply reply;
+    struct tbm_http_answer head; /* what its header says */
     long status;
     const char *location; /* a redirect's target, libcurl's until the next request */
     char body[BODY_MAX];  /* an error's body, cut */
@@ -129,7 +129,7 @@ static size_t header_cb(char *line, size_t size, size_t nitems, void *data)
 {
     struct response *r = data;
 
-    tbm_reply_header(&r->reply, line, size * nitems);
+    tbm_answer_header(&r->head, line, size * nitems);
     return size * nitems;
 }
 
@@ -418,8 +418,8 @@ static enum outcome judge(struct http *h, struct response *r, CURLcode code, boo
     }
     if (status == 200 || status == 206) {
         pthread_mutex_lock(&h->lock);
-        if (r->reply.v.has_size)
-            h->latest = r->reply.v;
+        if (r->head.v.has_size)
+            h->latest = r->head.v;
         pthread_mutex_unlock(&h->lock);
     }
     if (status == 200) {
@@ -436,7 +436,7 @@ static enum outcome judge(struct http *h, struct response *r, CURLcode code, boo
         }
     }
     if (status != 206) {
-        tbm_reply_error_code(r->body, r->body_len, r->code, sizeof(r->code));
+        tbm_answer_error_code(r->body, r->body_len, r->code, sizeof(r->code));
         snprintf(why, whylen, "HTTP %ld%s%s%s%s", status, status_name(status),
                  r->code[0] ? " (" : "", r->code, r->code[0] ? ")" : "");
     }
@@ -446,26 +446,26 @@ static enum outcome judge(struct http *h, struct response *r, CURLcode code, boo
         return OUT_DENIED;
     if (status != 206)
         return OUT_FAIL;
-    if (!r->reply.has_range) {
+    if (!r->head.has_range) {
         snprintf(why, whylen, "HTTP 206 without a usable Content-Range");
         return OUT_FAIL;
     }
-    if (!at_open && differs(&h->mount, &r->reply.v, why, whylen))
+    if (!at_open && differs(&h->mount, &r->head.v, why, whylen))
         return OUT_CHANGED;
     if (r->too_long) {
         snprintf(why, whylen, "a body longer than its Content-Range");
         return OUT_RETRY;
     }
-    if (at_open ? r->reply.last != r->reply.v.size - 1 || r->reply.last - r->reply.first >= len
-                : r->reply.first != first || r->reply.last != first + len - 1) {
+    if (at_open ? r->head.last != r->head.v.size - 1 || r->head.last - r->head.first >= len
+                : r->head.first != first || r->head.last != first + len - 1) {
         snprintf(why, whylen, "Content-Range bytes %llu-%llu/%llu does not answer the range asked",
-                 (unsigned long long)r->reply.first, (unsigned long long)r->reply.last,
-                 (unsigned long long)r->reply.v.size);
+                 (unsigned long long)r->head.first, (unsigned long long)r->head.last,
+                 (unsigned long long)r->head.v.size);
         return OUT_FAIL;
     }
-    if (r->got != r->reply.last - r->reply.first + 1) {
+    if (r->got != r->head.last - r->head.first + 1) {
         snprintf(why, whylen, "a body of %zu bytes, shorter than its Content-Range's %llu", r->got,
-                 (unsigned long long)(r->reply.last - r->reply.first + 1));
+                 (unsigned long long)(r->head.last - r->head.first + 1));
         return OUT_RETRY;
     }
     return OUT_OK;
@@ -1115,14 +1115,14 @@ int tbm_source_open_http(const char *url, const struct tbm_http_options *opts,
         status = TBM_ERR_SOURCE;
         goto fail;
     }
-    h->mount = r.reply.v;
-    h->latest = r.reply.v;
-    h->tail_off = r.reply.first;
+    h->mount = r.head.v;
+    h->latest = r.head.v;
+    h->tail_off = r.head.first;
     h->tail_len = r.got;
-    h->src.id.size = r.reply.v.size;
+    h->src.id.size = r.head.v.size;
     snprintf(h->src.id.tag, sizeof(h->src.id.tag), "%s",
-             r.reply.v.etag[0] ? r.reply.v.etag : r.reply.v.last_modified);
-    time_t lm = r.reply.v.last_modified[0] ? curl_getdate(r.reply.v.last_modified, NULL) : -1;
+             r.head.v.etag[0] ? r.head.v.etag : r.head.v.last_modified);
+    time_t lm = r.head.v.last_modified[0] ? curl_getdate(r.head.v.last_modified, NULL) : -1;
     h->src.id.mtime.tv_sec = lm >= 0 ? lm : time(NULL);
     /* a reader may wait behind another's transfer: as long as its own */
     struct tbm_cache_fetcher f = {.ctx = h,
@@ -1131,7 +1131,7 @@ int tbm_source_open_http(const char *url, const struct tbm_http_options *opts,
                                   .fetch = fetch_block,
                                   .wait_limit = (unsigned)(deadline_ms(h) / 1000)};
     uint64_t cache = opts->cache_size ? opts->cache_size : TBM_HTTP_CACHE_DEFAULT;
-    if (tbm_cache_new(&f, r.reply.v.size, cache, WORKERS, &h->cache) < 0) {
+    if (tbm_cache_new(&f, r.head.v.size, cache, WORKERS, &h->cache) < 0) {
         snprintf(why, whylen, "out of memory");
         goto fail;
     }
