@@ -44,11 +44,19 @@ struct tbm_source_hold {
     struct tbm_source_piece piece[TBM_SOURCE_PIECES];
 };
 
+/* How a read may go, a request's mode: with TBM_SOURCE_NOWAIT a read that
+ * would wait for a remote source's transfer fails with TBM_ERR_AGAIN
+ * instead, the transfer asked for, so that a thread that serves everything
+ * never waits on a server. 0: it waits. */
+#define TBM_SOURCE_NOWAIT 1u
+
 struct tbm_source_ops {
-    /* Reads up to len bytes at off into buf; *got is short only at the end
-     * of the source. 0, or TBM_ERR_IO / TBM_ERR_NOMEM (TBM_ERR_DENIED: a
-     * store refused the credentials). */
-    int (*read)(struct tbm_source *src, void *buf, size_t len, uint64_t off, size_t *got);
+    /* Reads up to len bytes at off into buf, as mode allows; *got is short
+     * only at the end of the source. 0, or TBM_ERR_IO / TBM_ERR_NOMEM
+     * (TBM_ERR_DENIED: a store refused the credentials; TBM_ERR_AGAIN:
+     * TBM_SOURCE_NOWAIT and the bytes are on their way). */
+    int (*read)(struct tbm_source *src, void *buf, size_t len, uint64_t off, unsigned mode,
+                size_t *got);
     /* The source's identity now (a local file is fstat'ed; a remote one
      * reports what its latest response said). 0 or TBM_ERR_IO. */
     int (*identify)(struct tbm_source *src, struct tbm_source_id *out);
@@ -57,11 +65,12 @@ struct tbm_source_ops {
      * start fetching them alongside others. NULL for a local file. */
     void (*prefetch)(struct tbm_source *src, uint64_t off, size_t len);
     /* Optional: holds the len bytes at off (inside the source) in at most
-     * max pieces, each kept in memory until release. 1 with *n pieces, 0
-     * when the bytes are not all where they can be held (read them
-     * instead), or TBM_ERR_IO / TBM_ERR_NOMEM. NULL for a local file. */
-    int (*hold)(struct tbm_source *src, uint64_t off, size_t len, struct tbm_source_piece *pieces,
-                size_t max, size_t *n);
+     * max pieces, each kept in memory until release, as mode allows. 1
+     * with *n pieces, 0 when the bytes are not all where they can be held
+     * (read them instead), or TBM_ERR_IO / TBM_ERR_NOMEM / TBM_ERR_AGAIN.
+     * NULL for a local file. */
+    int (*hold)(struct tbm_source *src, uint64_t off, size_t len, unsigned mode,
+                struct tbm_source_piece *pieces, size_t max, size_t *n);
     void (*release)(struct tbm_source *src, struct tbm_source_piece *pieces, size_t n);
 };
 
@@ -102,28 +111,28 @@ void tbm_source_detach(struct tbm_source *src, int (*reopen)(void *ctx, const ch
  * after the read, so that bytes of a rewrite in progress are not served). */
 int tbm_source_read_full(struct tbm_source *src, void *buf, size_t len, uint64_t off);
 
-/* Reads of one request, checked once at its end rather than after each:
- * between tbm_source_batch_begin and tbm_source_batch_end on a thread, a
- * tbm_source_read_full does not check the change, and the end checks every
- * source read since the beginning once. Bytes read in a batch may be used
- * only for the reply that the end's answer decides: nothing kept. end
- * returns status, or TBM_ERR_CHANGED (or the check's failure) when a source
- * read changed. */
-void tbm_source_batch_begin(void);
+/* Reads up to len bytes at off, as tbm_source_ops' read, in the mode of the
+ * request under way on this thread (tbm_source_batch_begin), else waiting. */
+int tbm_source_read(struct tbm_source *src, void *buf, size_t len, uint64_t off, size_t *got);
+
+/* Reads of one request, made in its mode and checked once at its end
+ * rather than after each: between tbm_source_batch_begin and
+ * tbm_source_batch_end on a thread, tbm_source_read_full and
+ * tbm_source_read read as mode allows, a tbm_source_read_full does not
+ * check the change, and the end checks every source read since the
+ * beginning once. Bytes read in a batch may be used only for the reply that
+ * the end's answer decides: nothing kept. end returns status, or
+ * TBM_ERR_CHANGED (or the check's failure) when a source read changed. */
+void tbm_source_batch_begin(unsigned mode);
 int tbm_source_batch_end(int status);
 
-/* Reads on this thread that would wait for a remote source's transfer fail
- * with TBM_ERR_AGAIN instead, the transfer asked for, while on: so that a
- * thread that serves everything never waits on a server. */
-void tbm_source_nowait(bool on);
-bool tbm_source_may_wait(void);
-
 /* Holds the len bytes at off (inside the source) where they are in memory,
- * so that they can be handed to the kernel without a copy: 1 with h filled
- * (let it go with tbm_source_release), 0 when the source cannot (read them
- * with tbm_source_read_full), or an error as tbm_source_read_full's, the
- * change checked once the bytes are held. */
-int tbm_source_hold(struct tbm_source *src, uint64_t off, size_t len, struct tbm_source_hold *h);
+ * so that they can be handed to the kernel without a copy, as mode allows:
+ * 1 with h filled (let it go with tbm_source_release), 0 when the source
+ * cannot (read them with tbm_source_read_full), or an error as
+ * tbm_source_read_full's, the change checked once the bytes are held. */
+int tbm_source_hold(struct tbm_source *src, uint64_t off, size_t len, unsigned mode,
+                    struct tbm_source_hold *h);
 
 void tbm_source_release(struct tbm_source_hold *h);
 
@@ -135,12 +144,6 @@ int tbm_source_verify(struct tbm_source *src);
 /* True exactly once after the source changed, for the one log line;
  * describes the change in buf ("size 100 -> 80, mtime"). */
 bool tbm_source_take_report(struct tbm_source *src, char *buf, size_t len);
-
-static inline int tbm_source_read(struct tbm_source *src, void *buf, size_t len, uint64_t off,
-                                  size_t *got)
-{
-    return src->ops->read(src, buf, len, off, got);
-}
 
 /* How an HTTP(S) or S3 source is read: its block cache's size, extra
  * request headers, how long a transfer may stall before it is retried, the

@@ -317,22 +317,24 @@ static int wait_done(struct tbm_cache *c, const struct timespec *until)
 }
 
 /* The slot of block, filled, with a reference held; called and returns
- * with the lock held. 1 instead of waiting for a slot unless may_wait;
- * TBM_ERR_AGAIN instead of any wait on a thread that may not wait
- * (tbm_source_nowait), the block asked for. A reader gives up at until, or
- * when the program stops, leaving the block to its transfer. */
-static int acquire(struct tbm_cache *c, uint64_t block, bool may_wait, const struct timespec *until,
-                   struct slot **out)
+ * with the lock held. 1 instead of waiting for a slot unless slot_wait;
+ * TBM_ERR_AGAIN instead of any wait with mode TBM_SOURCE_NOWAIT, the block
+ * asked for. A reader gives up at until, or when the program stops,
+ * leaving the block to its transfer. */
+static int acquire(struct tbm_cache *c, uint64_t block, unsigned mode, bool slot_wait,
+                   const struct timespec *until, struct slot **out)
 {
+    bool nowait = mode & TBM_SOURCE_NOWAIT;
+
     for (;;) {
         if (c->stale)
             return TBM_ERR_IO;
         struct slot *s = lookup(c, block);
         if (!s) {
             if (!(s = take_slot(c, false))) {
-                if (!tbm_source_may_wait())
+                if (nowait)
                     return TBM_ERR_AGAIN;
-                if (!may_wait)
+                if (!slot_wait)
                     return 1;
                 c->slot_waiters++;
                 int w = wait_done(c, until);
@@ -350,7 +352,7 @@ static int acquire(struct tbm_cache *c, uint64_t block, bool may_wait, const str
         }
         /* asked for first, so that the thread that may wait finds it on
          * its way or done */
-        if ((s->state == SLOT_QUEUED || s->state == SLOT_LOADING) && !tbm_source_may_wait()) {
+        if ((s->state == SLOT_QUEUED || s->state == SLOT_LOADING) && nowait) {
             start_workers(c);
             return TBM_ERR_AGAIN;
         }
@@ -388,7 +390,8 @@ static void put(struct tbm_cache *c, struct slot *s)
         pthread_cond_broadcast(&c->done);
 }
 
-int tbm_cache_read(struct tbm_cache *c, void *buf, size_t len, uint64_t off, size_t *got)
+int tbm_cache_read(struct tbm_cache *c, void *buf, size_t len, uint64_t off, unsigned mode,
+                   size_t *got)
 {
     struct timespec until = reader_deadline(c);
     size_t done = 0;
@@ -410,7 +413,7 @@ int tbm_cache_read(struct tbm_cache *c, void *buf, size_t len, uint64_t off, siz
     while (done < len) {
         uint64_t pos = off + done, block = pos / TBM_CACHE_BLOCK;
         struct slot *s;
-        if ((r = acquire(c, block, true, &until, &s)) < 0)
+        if ((r = acquire(c, block, mode, true, &until, &s)) < 0)
             goto out;
         read_ahead(c, block);
         size_t in = (size_t)(pos - block * TBM_CACHE_BLOCK);
@@ -429,8 +432,8 @@ out:
     return r;
 }
 
-int tbm_cache_hold(struct tbm_cache *c, uint64_t off, size_t len, struct tbm_source_piece *pieces,
-                   size_t max, size_t *n)
+int tbm_cache_hold(struct tbm_cache *c, uint64_t off, size_t len, unsigned mode,
+                   struct tbm_source_piece *pieces, size_t max, size_t *n)
 {
     struct timespec until = reader_deadline(c);
     size_t done = 0;
@@ -450,7 +453,7 @@ int tbm_cache_hold(struct tbm_cache *c, uint64_t off, size_t len, struct tbm_sou
         /* Only the first block may wait for a slot: readers that each
          * hold a block and wait for another could otherwise hold every
          * slot and wait for ever. */
-        int a = acquire(c, block, *n == 0, &until, &s);
+        int a = acquire(c, block, mode, *n == 0, &until, &s);
         if (a != 0) {
             r = a < 0 ? a : 0;
             break;

@@ -845,7 +845,8 @@ static size_t from_store(struct http *h, void *buf, size_t len, uint64_t off, ui
 }
 
 /* The tail, the store of hinted ranges and the cache each serve their part. */
-static int http_read(struct tbm_source *src, void *buf, size_t len, uint64_t off, size_t *got)
+static int http_read(struct tbm_source *src, void *buf, size_t len, uint64_t off, unsigned mode,
+                     size_t *got)
 {
     struct http *h = (struct http *)src;
     uint64_t size = h->src.id.size, next;
@@ -872,7 +873,7 @@ static int http_read(struct tbm_source *src, void *buf, size_t len, uint64_t off
         }
         uint64_t stop = next < h->tail_off ? next : h->tail_off;
         size_t part = stop - pos < want ? (size_t)(stop - pos) : want;
-        int r = tbm_cache_read(h->cache, dst, part, pos, &n);
+        int r = tbm_cache_read(h->cache, dst, part, pos, mode, &n);
         if (r < 0)
             return r;
         done += n;
@@ -903,7 +904,7 @@ static bool in_store(struct http *h, uint64_t off, size_t len)
 /* Only the cache's blocks are held: the tail and the hinted ranges are
  * headers and the index, copied (and a store of hinted ranges is replaced
  * by the next fetch of hints). */
-static int http_hold(struct tbm_source *src, uint64_t off, size_t len,
+static int http_hold(struct tbm_source *src, uint64_t off, size_t len, unsigned mode,
                      struct tbm_source_piece *pieces, size_t max, size_t *n)
 {
     struct http *h = (struct http *)src;
@@ -913,7 +914,7 @@ static int http_hold(struct tbm_source *src, uint64_t off, size_t len,
         return TBM_ERR_IO;
     if (off + len > h->tail_off || in_store(h, off, len))
         return 0;
-    int r = tbm_cache_hold(h->cache, off, len, pieces, max, n);
+    int r = tbm_cache_hold(h->cache, off, len, mode, pieces, max, n);
     /* as http_read: nothing is served once a response showed the change */
     if (r > 0 && has_changed(h)) {
         tbm_cache_release(h->cache, pieces, *n);

@@ -438,7 +438,7 @@ static int read_region(const struct tbm_tensor *tensor, const struct tbm_region 
 
 /* Reads computed or source bytes of a servable view into buf. */
 static int read_bytes(const struct tbm_views *v, const struct tbm_file_kind *view, size_t t,
-                      char *buf, uint64_t off, size_t len, size_t *got)
+                      char *buf, uint64_t off, size_t len, unsigned mode, size_t *got)
 {
     uint64_t skip;
     char *doc;
@@ -450,7 +450,7 @@ static int read_bytes(const struct tbm_views *v, const struct tbm_file_kind *vie
      * checked once, after all of them are read. Rendered ones may be kept
      * for the mount, so each of their reads is checked as it is made. */
     if (view->read || view->bytes == TBM_BYTES_SOURCE) {
-        tbm_source_batch_begin();
+        tbm_source_batch_begin(mode);
         r = view->read ? view->read(v, t, buf, off, len, got)
                        : read_region(&v->model->tensors[t], region_of(v, view, t, &skip), buf, off,
                                      len, got);
@@ -473,7 +473,7 @@ int tbm_view_read(const struct tbm_views *v, const struct tbm_file_kind *view, s
     *got = 0;
     if (!tbm_view_servable(v, view, t))
         return TBM_ERR_BROKEN;
-    return read_bytes(v, view, t, buf, off, len, got);
+    return read_bytes(v, view, t, buf, off, len, 0, got);
 }
 
 /* 1 while range (of src's descriptor) is still inside the source; else
@@ -568,10 +568,10 @@ void tbm_file_close(struct tbm_file *f)
     free(f);
 }
 
-/* tbm_file_read, on a thread whose waits flags allow or not. */
-static int file_read(struct tbm_file *f, uint64_t off, size_t len, char *buf, unsigned flags,
-                     struct tbm_reply *out)
+int tbm_file_read(struct tbm_file *f, uint64_t off, size_t len, char *buf, unsigned flags,
+                  struct tbm_reply *out)
 {
+    unsigned mode = flags & TBM_READ_NOWAIT ? TBM_SOURCE_NOWAIT : 0;
     struct tbm_span sp;
     size_t got;
     int r;
@@ -597,7 +597,7 @@ static int file_read(struct tbm_file *f, uint64_t off, size_t len, char *buf, un
         return 0;
     }
     if (r > 0) {
-        r = tbm_source_hold(sp.src, sp.pos, sp.len, &out->held);
+        r = tbm_source_hold(sp.src, sp.pos, sp.len, mode, &out->held);
         if (r < 0)
             return r;
         if (r > 0) {
@@ -605,24 +605,11 @@ static int file_read(struct tbm_file *f, uint64_t off, size_t len, char *buf, un
             return 0;
         }
     }
-    r = read_bytes(f->v, f->view, f->t, buf, off, len, &got);
+    r = read_bytes(f->v, f->view, f->t, buf, off, len, mode, &got);
     if (r < 0)
         return r;
     out->len = got;
     return 0;
-}
-
-int tbm_file_read(struct tbm_file *f, uint64_t off, size_t len, char *buf, unsigned flags,
-                  struct tbm_reply *out)
-{
-    bool nowait = flags & TBM_READ_NOWAIT;
-
-    if (nowait)
-        tbm_source_nowait(true);
-    int r = file_read(f, off, len, buf, flags, out);
-    if (nowait)
-        tbm_source_nowait(false);
-    return r;
 }
 
 int tbm_reply_check(const struct tbm_reply *reply)
