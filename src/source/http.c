@@ -15,6 +15,7 @@
 #include <time.h>
 
 #include "cache.h"
+#include "hints.h"
 #include "answer.h"
 #include "s3.h"
 #include "tbm/log.h"
@@ -31,13 +32,6 @@
 /* For every GET, signed or not: its body is empty. libcurl signs the value
  * given here as the payload's hash. */
 #define S3_PAYLOAD "x-amz-content-sha256: UNSIGNED-PAYLOAD"
-/* Hinted ranges (the headers of a slice of the index) are fetched together,
- * this many at once, neighbours less than MERGE_GAP apart in one request of
- * at most MERGE_MAX; at most HINTS_MAX bytes of them are held at a time. */
-#define HINT_TRANSFERS 8
-#define MERGE_GAP      (64u << 10)
-#define MERGE_MAX      (1u << 20)
-#define HINTS_MAX      (8u << 20)
 
 /* Transfer threads, each with its own connection: enough to keep a
  * loopback or LAN server busy while readers copy. */
@@ -71,22 +65,7 @@ struct http {
     unsigned char *tail; /* the bytes of the first answer, from tail_off to the end */
     uint64_t tail_off;
     size_t tail_len;
-    /* Ranges hinted since the last read, fetched by the next read, and what
-     * the last such fetch brought (sorted, apart): a mount reads every
-     * header, and blocks for headers 1 MiB apart would fetch the whole
-     * model. */
-    pthread_mutex_t hint_lock;
-    struct range *hints, *store;
-    size_t nhints, hints_cap, nstore;
-    uint64_t hinted_bytes;
-    CURLM *multi; /* its connections serve the next fetch of hints */
-    CURL *hint_easy[HINT_TRANSFERS];
-};
-
-struct range {
-    uint64_t off;
-    size_t len;
-    unsigned char *data;
+    struct tbm_hints *hints; /* the headers the format layer will read */
 };
 
 /* One request's answer, as the callbacks see it. */
@@ -639,212 +618,74 @@ static void http_prefetch(struct tbm_source *src, uint64_t off, size_t len)
 {
     struct http *h = (struct http *)src;
 
-    /* The tail is here already; past HINTS_MAX the reads go to the cache. */
+    /* The tail is here already. */
     if (off >= h->tail_off || len == 0)
         return;
     if (len > h->tail_off - off)
         len = (size_t)(h->tail_off - off);
-    pthread_mutex_lock(&h->hint_lock);
-    if (h->hinted_bytes + len <= HINTS_MAX) {
-        if (h->nhints == h->hints_cap) {
-            size_t cap = h->hints_cap ? 2 * h->hints_cap : 64;
-            struct range *more = realloc(h->hints, cap * sizeof(*more));
-            if (!more)
-                goto out;
-            h->hints = more;
-            h->hints_cap = cap;
-        }
-        h->hints[h->nhints++] = (struct range){off, len, NULL};
-        h->hinted_bytes += len;
-    }
-out:
-    pthread_mutex_unlock(&h->hint_lock);
+    tbm_hints_add(h->hints, off, len);
 }
 
-static int by_offset(const void *a, const void *b)
-{
-    const struct range *x = a, *y = b;
-    return x->off < y->off ? -1 : x->off > y->off;
-}
-
-static void store_clear(struct http *h)
-{
-    for (size_t i = 0; i < h->nstore; i++)
-        free(h->store[i].data);
-    h->nstore = 0;
-}
-
-/* The hints, sorted and merged, become the store's ranges (their data not
- * fetched yet); the hint list starts again. */
-static void hints_merge(struct http *h)
-{
-    qsort(h->hints, h->nhints, sizeof(*h->hints), by_offset);
-    store_clear(h);
-    free(h->store);
-    h->store = h->hints;
-    size_t n = 0;
-    for (size_t i = 0; i < h->nhints; i++) {
-        struct range r = h->hints[i];
-        struct range *last = n ? &h->store[n - 1] : NULL;
-        uint64_t end = last ? last->off + last->len : 0;
-        if (last && r.off <= end + MERGE_GAP && r.off + r.len - last->off <= MERGE_MAX) {
-            if (r.off + r.len > end)
-                last->len = (size_t)(r.off + r.len - last->off);
-            continue;
-        }
-        h->store[n++] = r;
-    }
-    h->nstore = n;
-    h->hints = NULL;
-    h->nhints = h->hints_cap = 0;
-    h->hinted_bytes = 0;
-}
-
-/* A hinted range that is refused, redirected or fails is read later
- * through the cache, which retries and follows. */
-struct hint_transfer {
+/* A hinted range's request. One refused, redirected or failed is read
+ * later through the cache, which retries and follows. */
+struct hint_request {
     struct response r;
     struct curl_slist *list;
-    struct range *range;
+    uint64_t off;
+    size_t len;
 };
 
-static int hint_start(struct http *h, CURL *easy, struct hint_transfer *t, struct range *range)
+static CURL *hint_easy(void *ctx)
 {
+    return easy_new(ctx);
+}
+
+static int hint_start(void *ctx, CURL *easy, uint64_t off, size_t len, void *buf, void **out)
+{
+    struct http *h = ctx;
+    struct hint_request *q = calloc(1, sizeof(*q));
     char header[80];
     unsigned version;
 
-    memset(t, 0, sizeof(*t));
-    if (!(range->data = malloc(range->len)))
+    *out = q;
+    if (!q)
         return TBM_ERR_NOMEM;
-    snprintf(header, sizeof(header), "Range: bytes=%llu-%llu", (unsigned long long)range->off,
-             (unsigned long long)(range->off + range->len - 1));
-    t->range = range;
-    t->r.easy = easy;
-    t->r.buf = range->data;
-    t->r.cap = range->len;
-    if (prepare(h, easy, h->url, header, &t->list, &version) < 0 ||
-        curl_easy_setopt(easy, CURLOPT_HEADERDATA, &t->r) != CURLE_OK ||
-        curl_easy_setopt(easy, CURLOPT_WRITEDATA, &t->r) != CURLE_OK ||
-        curl_easy_setopt(easy, CURLOPT_ERRORBUFFER, t->r.errbuf) != CURLE_OK ||
-        curl_easy_setopt(easy, CURLOPT_PRIVATE, t) != CURLE_OK ||
-        curl_multi_add_handle(h->multi, easy) != CURLM_OK)
-        return TBM_ERR_NOMEM;
+    snprintf(header, sizeof(header), "Range: bytes=%llu-%llu", (unsigned long long)off,
+             (unsigned long long)(off + len - 1));
+    *q = (struct hint_request){.r = {.easy = easy, .buf = buf, .cap = len}, .off = off, .len = len};
+    if (prepare(h, easy, h->url, header, &q->list, &version) < 0)
+        goto fail;
+    if (curl_easy_setopt(easy, CURLOPT_HEADERDATA, &q->r) != CURLE_OK ||
+        curl_easy_setopt(easy, CURLOPT_WRITEDATA, &q->r) != CURLE_OK ||
+        curl_easy_setopt(easy, CURLOPT_ERRORBUFFER, q->r.errbuf) != CURLE_OK) {
+        curl_easy_setopt(easy, CURLOPT_HTTPHEADER, NULL);
+        curl_slist_free_all(q->list);
+        goto fail;
+    }
     return 0;
+fail:
+    free(q);
+    *out = NULL;
+    return TBM_ERR_NOMEM;
 }
 
-/* A range that did not arrive whole is dropped from the store: reading it
- * goes through the cache, with its retries. */
-static void hint_end(struct http *h, struct hint_transfer *t, CURLcode code)
+static bool hint_end(void *ctx, void *req, CURLcode code)
 {
+    struct http *h = ctx;
+    struct hint_request *q = req;
     char why[512];
 
-    curl_multi_remove_handle(h->multi, t->r.easy);
-    curl_easy_setopt(t->r.easy, CURLOPT_HTTPHEADER, NULL);
-    curl_easy_setopt(t->r.easy, CURLOPT_ERRORBUFFER, NULL);
-    curl_slist_free_all(t->list);
-    t->list = NULL;
-    enum outcome o = judge(h, &t->r, code, false, t->range->off, t->range->len, why, sizeof(why));
+    curl_easy_setopt(q->r.easy, CURLOPT_HTTPHEADER, NULL);
+    curl_easy_setopt(q->r.easy, CURLOPT_ERRORBUFFER, NULL);
+    curl_slist_free_all(q->list);
+    enum outcome o = judge(h, &q->r, code, false, q->off, q->len, why, sizeof(why));
     if (o == OUT_CHANGED)
         mark_changed(h, why);
-    if (o != OUT_OK) {
-        free(t->range->data);
-        t->range->data = NULL;
-    }
-    t->range = NULL;
+    free(q);
+    return o == OUT_OK;
 }
 
-/* Fetches the hinted ranges, HINT_TRANSFERS at a time over the multi
- * handle's connections. Called with hint_lock held. */
-static void hints_fetch(struct http *h)
-{
-    struct hint_transfer t[HINT_TRANSFERS] = {0};
-    size_t next = 0;
-    int active = 0;
-
-    hints_merge(h);
-    if (!h->multi && !(h->multi = curl_multi_init()))
-        return;
-    for (;;) {
-        for (int k = 0; k < HINT_TRANSFERS && next < h->nstore; k++) {
-            if (t[k].range)
-                continue;
-            if (!h->hint_easy[k] && !(h->hint_easy[k] = easy_new(h)))
-                break;
-            if (hint_start(h, h->hint_easy[k], &t[k], &h->store[next++]) < 0) {
-                curl_slist_free_all(t[k].list);
-                free(h->store[next - 1].data);
-                h->store[next - 1].data = NULL;
-                memset(&t[k], 0, sizeof(t[k]));
-                continue;
-            }
-            active++;
-        }
-        if (active == 0)
-            break;
-        int running, left;
-        if (curl_multi_perform(h->multi, &running) != CURLM_OK)
-            break;
-        CURLMsg *msg;
-        while ((msg = curl_multi_info_read(h->multi, &left))) {
-            struct hint_transfer *done = NULL;
-            if (msg->msg != CURLMSG_DONE)
-                continue;
-            curl_easy_getinfo(msg->easy_handle, CURLINFO_PRIVATE, (char **)&done);
-            hint_end(h, done, msg->data.result);
-            active--;
-        }
-        if (active > 0)
-            curl_multi_poll(h->multi, NULL, 0, 1000, NULL);
-    }
-    for (int k = 0; k < HINT_TRANSFERS; k++) /* after a multi failure */
-        if (t[k].range)
-            hint_end(h, &t[k], CURLE_RECV_ERROR);
-}
-
-/* The index of the first range of the store that ends past off (nstore
- * when none does). */
-static size_t store_after(const struct http *h, uint64_t off)
-{
-    size_t lo = 0, hi = h->nstore;
-
-    while (lo < hi) {
-        size_t mid = lo + (hi - lo) / 2;
-        if (h->store[mid].off + h->store[mid].len <= off)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    return lo;
-}
-
-/* Copies what the store holds of the len bytes at off into buf: the bytes
- * from off to the end of the fetched range holding off, or 0 bytes and in
- * *next where the next range starts (UINT64_MAX when none does). */
-static size_t from_store(struct http *h, void *buf, size_t len, uint64_t off, uint64_t *next)
-{
-    size_t n = 0;
-
-    *next = UINT64_MAX;
-    pthread_mutex_lock(&h->hint_lock);
-    if (h->nhints)
-        hints_fetch(h);
-    size_t lo = store_after(h, off);
-    struct range *r = lo < h->nstore ? &h->store[lo] : NULL;
-    if (r && r->data && off >= r->off) {
-        n = r->len - (size_t)(off - r->off) < len ? r->len - (size_t)(off - r->off) : len;
-        memcpy(buf, r->data + (off - r->off), n);
-    } else {
-        for (size_t i = lo; i < h->nstore; i++)
-            if (h->store[i].off > off && h->store[i].data) {
-                *next = h->store[i].off;
-                break;
-            }
-    }
-    pthread_mutex_unlock(&h->hint_lock);
-    return n;
-}
-
-/* The tail, the store of hinted ranges and the cache each serve their part. */
+/* The tail, the hinted ranges and the cache each serve their part. */
 static int http_read(struct tbm_source *src, void *buf, size_t len, uint64_t off, unsigned mode,
                      size_t *got)
 {
@@ -867,7 +708,7 @@ static int http_read(struct tbm_source *src, void *buf, size_t len, uint64_t off
             done += n;
             continue;
         }
-        if ((n = from_store(h, dst, want, pos, &next)) > 0) {
+        if ((n = tbm_hints_read(h->hints, dst, want, pos, &next)) > 0) {
             done += n;
             continue;
         }
@@ -886,24 +727,9 @@ static int http_read(struct tbm_source *src, void *buf, size_t len, uint64_t off
     return 0;
 }
 
-/* Whether the hinted ranges, waiting or fetched, may hold any of the len
- * bytes at off: the next read fetches those waiting, and serves what they
- * brought. */
-static bool in_store(struct http *h, uint64_t off, size_t len)
-{
-    bool in;
-
-    pthread_mutex_lock(&h->hint_lock);
-    in = h->nhints > 0;
-    for (size_t i = store_after(h, off); i < h->nstore && !in && h->store[i].off < off + len; i++)
-        in = h->store[i].data != NULL;
-    pthread_mutex_unlock(&h->hint_lock);
-    return in;
-}
-
 /* Only the cache's blocks are held: the tail and the hinted ranges are
- * headers and the index, copied (and a store of hinted ranges is replaced
- * by the next fetch of hints). */
+ * headers and the index, copied (and the hinted ranges fetched are
+ * replaced by the next fetch of hints). */
 static int http_hold(struct tbm_source *src, uint64_t off, size_t len, unsigned mode,
                      struct tbm_source_piece *pieces, size_t max, size_t *n)
 {
@@ -912,7 +738,7 @@ static int http_hold(struct tbm_source *src, uint64_t off, size_t len, unsigned 
     *n = 0;
     if (has_changed(h))
         return TBM_ERR_IO;
-    if (off + len > h->tail_off || in_store(h, off, len))
+    if (off + len > h->tail_off || tbm_hints_cover(h->hints, off, len))
         return 0;
     int r = tbm_cache_hold(h->cache, off, len, mode, pieces, max, n);
     /* as http_read: nothing is served once a response showed the change */
@@ -948,16 +774,10 @@ static void http_close(struct tbm_source *src)
     struct http *h = (struct http *)src;
 
     tbm_cache_free(h->cache);
-    for (int k = 0; k < HINT_TRANSFERS; k++)
-        curl_easy_cleanup(h->hint_easy[k]);
-    curl_multi_cleanup(h->multi);
-    store_clear(h);
-    free(h->store);
-    free(h->hints);
+    tbm_hints_free(h->hints);
     curl_slist_free_all(h->headers);
     tbm_s3_credentials_clear(&h->cred);
     pthread_mutex_destroy(&h->lock);
-    pthread_mutex_destroy(&h->hint_lock);
     pthread_mutex_destroy(&h->cred_lock);
     free(h->tail);
     free(h->src.name);
@@ -1083,7 +903,6 @@ int tbm_source_open_http(const char *url, const struct tbm_http_options *opts,
     if (!h)
         return TBM_ERR_NOMEM;
     pthread_mutex_init(&h->lock, NULL);
-    pthread_mutex_init(&h->hint_lock, NULL);
     pthread_mutex_init(&h->cred_lock, NULL);
     h->src.ops = &http_ops;
     h->src.fd = -1; /* nothing to splice from: views read into a buffer */
@@ -1131,8 +950,11 @@ int tbm_source_open_http(const char *url, const struct tbm_http_options *opts,
                                   .worker_free = worker_free,
                                   .fetch = fetch_block,
                                   .wait_limit = (unsigned)(deadline_ms(h) / 1000)};
+    struct tbm_hints_fetcher hf = {
+        .ctx = h, .easy_new = hint_easy, .start = hint_start, .end = hint_end};
     uint64_t cache = opts->cache_size ? opts->cache_size : TBM_HTTP_CACHE_DEFAULT;
-    if (tbm_cache_new(&f, r.head.v.size, cache, WORKERS, &h->cache) < 0) {
+    if (tbm_cache_new(&f, r.head.v.size, cache, WORKERS, &h->cache) < 0 ||
+        tbm_hints_new(&hf, &h->hints) < 0) {
         snprintf(why, whylen, "out of memory");
         goto fail;
     }
