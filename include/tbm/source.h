@@ -167,17 +167,23 @@ struct tbm_http_options {
  * server sends. */
 #define TBM_HTTP_DEADLINE_TIMEOUTS 3u
 
-/* Whether name is an http://, https:// or s3:// URL, which only
- * tbm_source_open_http opens. */
+/* Whether name is the URL of a remote scheme (http://, https://, s3://),
+ * which only tbm_source_open_http opens: the table of schemes says. */
 bool tbm_source_is_url(const char *name);
 
-/* The URL as it may be shown (messages, the mount's source name, files of
- * the tree): without user information ("user:password@"), query string or
- * fragment, where secrets ride; an s3:// URL as given. malloc'ed, or NULL. */
-char *tbm_source_url_display(const char *url);
+/* name as it may be shown (messages, the mount's source name, files of the
+ * tree), as its scheme shows it: an http(s) URL without user information
+ * ("user:password@"), query string or fragment, where secrets ride; an
+ * s3:// URL as given; anything else as given. malloc'ed, or NULL. */
+char *tbm_source_url_display(const char *name);
 
-/* The credentials of S3 sources are read again before their next request
- * (for SIGHUP: async-signal-safe). */
+/* Overwrites with '*', in place, the user information and what follows
+ * '?' or '#' of arg when it is the URL of a remote scheme (for the
+ * process's own arguments, which ps shows). */
+void tbm_source_url_hide(char *arg);
+
+/* The credentials of remote sources are read again before their next
+ * request (for SIGHUP: async-signal-safe). */
 void tbm_source_credentials_reload(void);
 
 /* The program is stopping (for SIGTERM: async-signal-safe): transfers are

@@ -541,22 +541,6 @@ static void mask_from(char *arg, size_t i)
         arg[i] = '*';
 }
 
-/* A URL's user information and query string, where secrets ride. */
-static void hide_url_secrets(char *arg)
-{
-    char *scheme = strstr(arg, "://");
-
-    if (!scheme || !tbm_source_is_url(arg))
-        return;
-    char *host = scheme + 3, *end = host + strcspn(host, "/?#");
-    char *at = memchr(host, '@', (size_t)(end - host));
-    if (at)
-        memset(host, '*', (size_t)(at - host));
-    char *query = strpbrk(end, "?#");
-    if (query)
-        mask_from(query, 1);
-}
-
 void tbm_cli_hide_secrets(int argc, char *argv[])
 {
     for (int i = 1; i < argc; i++) {
@@ -564,6 +548,6 @@ void tbm_cli_hide_secrets(int argc, char *argv[])
         /* a header's value: a token, most often */
         if (h && (h = strchr(h, ':')))
             mask_from(h, 1);
-        hide_url_secrets(argv[i]);
+        tbm_source_url_hide(argv[i]);
     }
 }

@@ -17,7 +17,7 @@
 #include "cache.h"
 #include "hints.h"
 #include "answer.h"
-#include "s3.h"
+#include "scheme.h"
 #include "tbm/log.h"
 #include "tbm/names.h"
 #include "tbm/source.h"
@@ -29,9 +29,6 @@
 #define MAX_HOPS  10
 /* An error body is read this far: S3's XML names its code early. */
 #define BODY_MAX 2048
-/* For every GET, signed or not: its body is empty. libcurl signs the value
- * given here as the payload's hash. */
-#define S3_PAYLOAD "x-amz-content-sha256: UNSIGNED-PAYLOAD"
 
 /* Transfer threads, each with its own connection: enough to keep a
  * loopback or LAN server busy while readers copy. */
@@ -48,15 +45,9 @@ struct http {
     struct curl_slist *headers;
     long timeout;
     char *ca_file;
-    /* s3:// sources: libcurl's signing parameter ("aws:amz:REGION:s3"),
-     * and the credentials, read again when refused or on SIGHUP */
-    char *sigv4;
-    pthread_mutex_t cred_lock;
-    struct tbm_s3_credentials cred;
-    unsigned cred_version; /* bumped when a reading found other credentials */
-    unsigned reloads_seen; /* tbm_s3_reload_count at the last reading */
-    struct timespec cred_read;
-    char denied_logged[96]; /* the refusal logged last, until a success */
+    const struct tbm_scheme *scheme; /* its row */
+    void *state;                     /* the row's, for its requests */
+    char denied_logged[96];          /* the refusal logged last, until a success */
     struct tbm_validators mount;
     pthread_mutex_t lock; /* latest and changed */
     struct tbm_validators latest;
@@ -199,15 +190,6 @@ static CURL *easy_new(struct http *h)
     return e;
 }
 
-static bool add_header(struct curl_slist **list, const char *line)
-{
-    struct curl_slist *l = curl_slist_append(*list, line);
-
-    if (l)
-        *list = l;
-    return l != NULL;
-}
-
 /* Whether URLs a and b have the same scheme, host and port. */
 static bool same_origin(const char *a, const char *b)
 {
@@ -229,70 +211,10 @@ static bool same_origin(const char *a, const char *b)
     return same;
 }
 
-/* Reads the credentials again; called with cred_lock held. */
-static void credentials_read(struct http *h)
-{
-    struct tbm_s3_credentials now;
-    unsigned seen = tbm_s3_reload_count();
-
-    tbm_s3_credentials_load(&now);
-    if (memcmp(&now, &h->cred, sizeof(now)) != 0) {
-        h->cred = now;
-        h->cred_version++;
-    }
-    tbm_s3_credentials_clear(&now);
-    h->reloads_seen = seen;
-    clock_gettime(CLOCK_MONOTONIC, &h->cred_read);
-}
-
-/* After a refusal of a request signed with the credentials of version
- * used: reads them again, unless that was done less than a second ago (a
- * burst of refusals reads the file once). Whether there are others now. */
-static bool credentials_refresh(struct http *h, unsigned used)
-{
-    struct timespec now;
-
-    pthread_mutex_lock(&h->cred_lock);
-    clock_gettime(CLOCK_MONOTONIC, &now);
-    double since = (double)(now.tv_sec - h->cred_read.tv_sec) +
-                   (double)(now.tv_nsec - h->cred_read.tv_nsec) * 1e-9;
-    if (h->cred_version == used && since >= 1.0)
-        credentials_read(h);
-    bool other = h->cred_version != used;
-    pthread_mutex_unlock(&h->cred_lock);
-    return other;
-}
-
-/* libcurl signs with the credentials (and the headers S3 wants beside
- * them), or sends no authorization at all. *version: the credentials'. */
-static bool sign(struct http *h, CURL *easy, struct curl_slist **list, unsigned *version)
-{
-    char token[sizeof(h->cred.token) + 32];
-    bool ok = true;
-
-    pthread_mutex_lock(&h->cred_lock);
-    if (tbm_s3_reload_count() != h->reloads_seen) /* SIGHUP */
-        credentials_read(h);
-    *version = h->cred_version;
-    if (h->cred.key_id[0]) {
-        snprintf(token, sizeof(token), "x-amz-security-token: %s", h->cred.token);
-        ok = curl_easy_setopt(easy, CURLOPT_USERNAME, h->cred.key_id) == CURLE_OK &&
-             curl_easy_setopt(easy, CURLOPT_PASSWORD, h->cred.secret) == CURLE_OK &&
-             curl_easy_setopt(easy, CURLOPT_AWS_SIGV4, h->sigv4) == CURLE_OK &&
-             add_header(list, S3_PAYLOAD) && (!h->cred.token[0] || add_header(list, token));
-        explicit_bzero(token, sizeof(token));
-    } else {
-        ok = curl_easy_setopt(easy, CURLOPT_HTTPAUTH, (long)CURLAUTH_BASIC) == CURLE_OK &&
-             curl_easy_setopt(easy, CURLOPT_USERNAME, NULL) == CURLE_OK &&
-             curl_easy_setopt(easy, CURLOPT_PASSWORD, NULL) == CURLE_OK;
-    }
-    pthread_mutex_unlock(&h->cred_lock);
-    return ok;
-}
-
 /* Points easy at url, with the headers of a request for range: the
- * source's own headers and credentials only when url is of the source's
- * origin. *list is the caller's to free once the request is done. */
+ * source's own headers and its scheme's signature only when url is of the
+ * source's origin. *list is the caller's to free once the request is
+ * done. */
 static int prepare(struct http *h, CURL *easy, const char *url, const char *range,
                    struct curl_slist **list, unsigned *version)
 {
@@ -302,14 +224,16 @@ static int prepare(struct http *h, CURL *easy, const char *url, const char *rang
     *list = NULL;
     *version = 0;
     for (struct curl_slist *l = own ? h->headers : NULL; ok && l; l = l->next)
-        ok = add_header(list, l->data);
-    if (ok && h->sigv4)
-        ok = own ? sign(h, easy, list, version)
-                 : curl_easy_setopt(easy, CURLOPT_HTTPAUTH, (long)CURLAUTH_BASIC) == CURLE_OK &&
-                       curl_easy_setopt(easy, CURLOPT_USERNAME, NULL) == CURLE_OK &&
-                       curl_easy_setopt(easy, CURLOPT_PASSWORD, NULL) == CURLE_OK;
+        ok = tbm_header_add(list, l->data);
+    /* The handle is reused: the last request's credentials are forgotten
+     * first, and a request elsewhere goes with none. */
+    if (ok && h->scheme->sign)
+        ok = curl_easy_setopt(easy, CURLOPT_HTTPAUTH, (long)CURLAUTH_BASIC) == CURLE_OK &&
+             curl_easy_setopt(easy, CURLOPT_USERNAME, NULL) == CURLE_OK &&
+             curl_easy_setopt(easy, CURLOPT_PASSWORD, NULL) == CURLE_OK &&
+             (!own || h->scheme->sign(h->state, easy, list, version) == 0);
     if (ok)
-        ok = add_header(list, range) &&
+        ok = tbm_header_add(list, range) &&
              curl_easy_setopt(easy, CURLOPT_HTTPHEADER, *list) == CURLE_OK;
     if (!ok) {
         curl_easy_setopt(easy, CURLOPT_HTTPHEADER, NULL);
@@ -369,15 +293,6 @@ static const char *status_name(long status)
     }
 }
 
-/* A store's refusal of the credentials: 403, or how AWS says a session
- * token expired. */
-static bool refused(const struct response *r)
-{
-    return r->status == 403 || (r->status == 400 && (strcmp(r->code, "ExpiredToken") == 0 ||
-                                                     strcmp(r->code, "InvalidToken") == 0 ||
-                                                     strcmp(r->code, "TokenRefreshRequired") == 0));
-}
-
 /* Judges one answer to a request for len bytes at first (at open: a suffix
  * of at most len bytes). */
 static enum outcome judge(struct http *h, struct response *r, CURLcode code, bool at_open,
@@ -421,7 +336,7 @@ static enum outcome judge(struct http *h, struct response *r, CURLcode code, boo
     }
     if (status == 408 || status == 429 || status >= 500)
         return OUT_RETRY;
-    if (h->sigv4 && refused(r))
+    if (h->scheme->refused && h->scheme->refused(r->status, r->code))
         return OUT_DENIED;
     if (status != 206)
         return OUT_FAIL;
@@ -520,7 +435,8 @@ static enum outcome fetch(struct http *h, CURL *easy, struct response *r, void *
             }
             continue;
         }
-        if (o == OUT_DENIED && !renewed && credentials_refresh(h, version)) {
+        if (o == OUT_DENIED && !renewed && h->scheme->refresh &&
+            h->scheme->refresh(h->state, version)) {
             renewed = true;
             continue;
         }
@@ -776,14 +692,13 @@ static void http_close(struct tbm_source *src)
     tbm_cache_free(h->cache);
     tbm_hints_free(h->hints);
     curl_slist_free_all(h->headers);
-    tbm_s3_credentials_clear(&h->cred);
+    if (h->scheme && h->scheme->close)
+        h->scheme->close(h->state);
     pthread_mutex_destroy(&h->lock);
-    pthread_mutex_destroy(&h->cred_lock);
     free(h->tail);
     free(h->src.name);
     free(h->url);
     free(h->ca_file);
-    free(h->sigv4);
     free(h);
 }
 
@@ -795,33 +710,6 @@ static const struct tbm_source_ops http_ops = {
     .hold = http_hold,
     .release = http_release,
 };
-
-bool tbm_source_is_url(const char *name)
-{
-    return strncasecmp(name, "http://", 7) == 0 || strncasecmp(name, "https://", 8) == 0 ||
-           tbm_s3_is_url(name);
-}
-
-char *tbm_source_url_display(const char *url)
-{
-    const char *scheme = strstr(url, "://");
-
-    /* an s3:// key may hold '?', '#' or '@' as any other byte */
-    if (!scheme || tbm_s3_is_url(url))
-        return strdup(url);
-    const char *host = scheme + 3;
-    size_t authority = strcspn(host, "/?#");
-    const char *at = memrchr(host, '@', authority);
-    if (at)
-        host = at + 1;
-    size_t path = strcspn(host, "?#");
-    bool query = host[path] != '\0';
-    char *out = malloc((size_t)(scheme + 3 - url) + path + sizeof("?\u2026"));
-    if (out)
-        sprintf(out, "%.*s%.*s%s", (int)(scheme + 3 - url), url, (int)path, host,
-                query ? "?\u2026" : "");
-    return out;
-}
 
 /* -o http_header_file: "Name: value" a line; blank lines and lines that
  * begin with '#' are skipped. A line is never quoted: it may be a secret. */
@@ -850,7 +738,7 @@ static int read_header_file(struct http *h, const char *path, char *why, size_t 
         if (!colon || colon == line || control || len == sizeof(line) - 1) {
             snprintf(why, whylen, "%s: line %u: not one header line \"Name: value\"", path, n);
             status = TBM_ERR_SOURCE;
-        } else if (!add_header(&h->headers, line)) {
+        } else if (!tbm_header_add(&h->headers, line)) {
             status = TBM_ERR_NOMEM;
         }
     }
@@ -859,26 +747,28 @@ static int read_header_file(struct http *h, const char *path, char *why, size_t 
     return status;
 }
 
-/* What an s3:// source needs beside an http one: the object's URL, the
- * signing parameter, the credentials, and AWS_CA_BUNDLE. */
-static int s3_setup(struct http *h, const char *url, const struct tbm_http_options *opts, char *why,
-                    size_t whylen)
+/* Where the scheme of url has its bytes, and what it keeps for the
+ * requests. */
+static int open_scheme(struct http *h, const char *url, const struct tbm_http_options *opts,
+                       char *why, size_t whylen)
 {
-    char *region;
-    int r = tbm_s3_locate(url, opts->s3_endpoint, opts->s3_region, &h->url, &region, why, whylen);
+    struct tbm_scheme_target t = {0};
+    int r;
 
-    if (r < 0)
-        return r;
-    r = asprintf(&h->sigv4, "aws:amz:%s:s3", region) < 0 ? TBM_ERR_NOMEM : 0;
-    if (r < 0)
-        h->sigv4 = NULL;
-    free(region);
-    const char *bundle = getenv("AWS_CA_BUNDLE");
-    if (r == 0 && !h->ca_file && bundle && *bundle && !(h->ca_file = strdup(bundle)))
-        r = TBM_ERR_NOMEM;
-    pthread_mutex_lock(&h->cred_lock);
-    credentials_read(h);
-    pthread_mutex_unlock(&h->cred_lock);
+    if (!(h->scheme = tbm_scheme_of(url))) {
+        snprintf(why, whylen, "not a URL tbmfs reads");
+        return TBM_ERR_SOURCE;
+    }
+    r = h->scheme->open         ? h->scheme->open(url, opts, &t, why, whylen)
+        : (t.url = strdup(url)) ? 0
+                                : TBM_ERR_NOMEM;
+    h->url = t.url;
+    h->state = t.state;
+    if (!h->ca_file) {
+        h->ca_file = t.ca_file;
+        t.ca_file = NULL;
+    }
+    free(t.ca_file);
     return r;
 }
 
@@ -903,22 +793,17 @@ int tbm_source_open_http(const char *url, const struct tbm_http_options *opts,
     if (!h)
         return TBM_ERR_NOMEM;
     pthread_mutex_init(&h->lock, NULL);
-    pthread_mutex_init(&h->cred_lock, NULL);
     h->src.ops = &http_ops;
     h->src.fd = -1; /* nothing to splice from: views read into a buffer */
     h->timeout = opts->timeout ? (long)opts->timeout : (long)TBM_HTTP_TIMEOUT;
     if (!(h->src.name = tbm_source_url_display(url)) || !(h->tail = malloc(TAIL_SIZE)) ||
         (opts->ca_file && !(h->ca_file = strdup(opts->ca_file))))
         goto fail;
-    if (tbm_s3_is_url(url)) {
-        if ((status = s3_setup(h, url, opts, why, whylen)) < 0)
-            goto fail;
-        status = TBM_ERR_NOMEM;
-    } else if (!(h->url = strdup(url))) {
+    if ((status = open_scheme(h, url, opts, why, whylen)) < 0)
         goto fail;
-    }
+    status = TBM_ERR_NOMEM;
     for (size_t i = 0; i < opts->nheaders; i++)
-        if (!add_header(&h->headers, opts->headers[i]))
+        if (!tbm_header_add(&h->headers, opts->headers[i]))
             goto fail;
     if (opts->header_file && (status = read_header_file(h, opts->header_file, why, whylen)) < 0)
         goto fail;
