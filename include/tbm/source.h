@@ -1,6 +1,7 @@
 /* A model's bytes, read through one interface whatever holds them: a local
- * file (a container, a bare blob, or one .tb of a manifest), or a file on a
- * web server. The format layer and the views read only through it. */
+ * file (a container, a bare blob, or one .tb of a manifest), or a remote
+ * file (a URL of one of the remote schemes: http(s), s3). The format layer
+ * and the views read only through it. */
 #ifndef TBM_SOURCE_H
 #define TBM_SOURCE_H
 
@@ -145,30 +146,38 @@ int tbm_source_verify(struct tbm_source *src);
  * describes the change in buf ("size 100 -> 80, mtime"). */
 bool tbm_source_take_report(struct tbm_source *src, char *buf, size_t len);
 
-/* How an HTTP(S) or S3 source is read: its block cache's size, extra
- * request headers, how long a transfer may stall before it is retried, the
- * certificate authorities to trust, and where an s3:// object is. */
-struct tbm_http_options {
-    uint64_t cache_size;        /* bytes; at least 2 blocks (TBM_HTTP_CACHE_MIN) */
-    const char *const *headers; /* "Name: value", sent with every request to the source */
-    size_t nheaders;
-    const char *header_file; /* more of them, one a line, or NULL */
-    unsigned timeout;        /* seconds of stall (and of connecting) before a try fails */
-    const char *ca_file;     /* PEM CAs in place of the system's, or NULL */
-    const char *s3_endpoint; /* NULL: the environment's, else AWS */
-    const char *s3_region;   /* NULL: the environment's, else us-east-1 */
+/* How remote sources are read: the options of their transport (the block
+ * cache, request headers, the stall timeout, the CAs to trust) and of each
+ * scheme (s3_endpoint, ...), set by name as -o gives them; each is kept in
+ * the struct of its owner, the transport or a scheme's row. */
+struct tbm_remote_options;
+
+/* An option of remote sources as --help shows it: -o name=arg, and what it
+ * does (help NULL: not documented, for the tests). */
+struct tbm_remote_option {
+    const char *name, *arg, *help;
 };
 
-#define TBM_HTTP_CACHE_DEFAULT (256ull << 20)
-#define TBM_HTTP_CACHE_MIN     (2ull << 20)
-#define TBM_HTTP_TIMEOUT       30u
-/* A read waits for a transfer at most this many times the stall timeout
- * (90 s by default; at least the timeout and 10 s) in all, whatever the
- * server sends. */
-#define TBM_HTTP_DEADLINE_TIMEOUTS 3u
+/* The i-th option of remote sources, the transport's then each scheme's,
+ * or NULL past the last. */
+const struct tbm_remote_option *tbm_remote_option(size_t i);
+
+/* Every option at its default; NULL when out of memory. */
+struct tbm_remote_options *tbm_remote_options_new(void);
+
+/* Sets the i-th option (of tbm_remote_option) to value, a copy of which o
+ * keeps: 0, or -1 with the reason in *why ("must name a file"). */
+int tbm_remote_options_set(struct tbm_remote_options *o, size_t i, const char *value,
+                           const char **why);
+
+void tbm_remote_options_free(struct tbm_remote_options *o);
+
+/* The i-th remote scheme as --help shows it: the form of its URLs
+ * ("s3://BUCKET/KEY") and what they name; false past the last. */
+bool tbm_source_scheme_help(size_t i, const char **form, const char **help);
 
 /* Whether name is the URL of a remote scheme (http://, https://, s3://),
- * which only tbm_source_open_http opens: the table of schemes says. */
+ * which only tbm_source_open_url opens: the table of schemes says. */
 bool tbm_source_is_url(const char *name);
 
 /* name as it may be shown (messages, the mount's source name, files of the
@@ -177,10 +186,12 @@ bool tbm_source_is_url(const char *name);
  * s3:// URL as given; anything else as given. malloc'ed, or NULL. */
 char *tbm_source_url_display(const char *name);
 
-/* Overwrites with '*', in place, the user information and what follows
- * '?' or '#' of arg when it is the URL of a remote scheme (for the
- * process's own arguments, which ps shows). */
-void tbm_source_url_hide(char *arg);
+/* Overwrites with '*', in place, what a command-line argument may carry
+ * as secrets for remote sources, so that ps does not show them: the value
+ * of a header option after its ':' (-o http_header=Name: value), and the
+ * user information and what follows '?' or '#' of a URL of a remote
+ * scheme. */
+void tbm_source_hide_secrets(char *arg);
 
 /* The credentials of remote sources are read again before their next
  * request (for SIGHUP: async-signal-safe). */
@@ -192,14 +203,14 @@ void tbm_source_credentials_reload(void);
 void tbm_source_stop(void);
 bool tbm_source_stopping(void);
 
-/* Opens the file at url (http://, https://, or s3://, whose requests are
- * signed), which must answer range requests: its tail is fetched at once,
- * the rest on demand through a block cache. On failure returns
- * TBM_ERR_SOURCE (or TBM_ERR_NOMEM) with the reason in why, which names no
- * secret. opts may be NULL for the defaults. The source's name is url as
- * tbm_source_url_display shows it. */
-int tbm_source_open_http(const char *url, const struct tbm_http_options *opts,
-                         struct tbm_source **out, char *why, size_t whylen);
+/* Opens the file at url, the URL of a remote scheme (http://, https://,
+ * or s3://, whose requests are signed), which must answer range requests:
+ * its tail is fetched at once, the rest on demand through a block cache.
+ * On failure returns TBM_ERR_SOURCE (or TBM_ERR_NOMEM) with the reason in
+ * why, which names no secret. opts may be NULL for the defaults. The
+ * source's name is url as tbm_source_url_display shows it. */
+int tbm_source_open_url(const char *url, const struct tbm_remote_options *opts,
+                        struct tbm_source **out, char *why, size_t whylen);
 
 static inline void tbm_source_prefetch(struct tbm_source *src, uint64_t off, size_t len)
 {

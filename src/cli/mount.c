@@ -251,8 +251,7 @@ out_destroy:
 
 int tbm_mount_run(const struct tbm_cli *cli, struct fuse_args *args)
 {
-    struct tbm_http_options http = tbm_cli_http_options(cli);
-    struct tbm_open_options open_opts = {.strict = cli->strict, .http = &http};
+    struct tbm_open_options open_opts = {.strict = cli->strict, .remote = cli->remote};
     struct tbm_view_options view_opts = {.selftest_batch = cli->batch};
     struct tbm_model *model = NULL;
     struct tbm_views *views = NULL;

@@ -711,45 +711,9 @@ static const struct tbm_source_ops http_ops = {
     .release = http_release,
 };
 
-/* -o http_header_file: "Name: value" a line; blank lines and lines that
- * begin with '#' are skipped. A line is never quoted: it may be a secret. */
-static int read_header_file(struct http *h, const char *path, char *why, size_t whylen)
-{
-    FILE *f = fopen(path, "re");
-    char line[8192];
-    int status = 0;
-    unsigned n = 0;
-
-    if (!f) {
-        snprintf(why, whylen, "%s: %s", path, strerror(errno));
-        return TBM_ERR_SOURCE;
-    }
-    while (status == 0 && fgets(line, sizeof(line), f)) {
-        size_t len = strlen(line);
-        n++;
-        while (len > 0 && (line[len - 1] == '\n' || line[len - 1] == '\r'))
-            line[--len] = '\0';
-        if (len == 0 || line[0] == '#')
-            continue;
-        const char *colon = strchr(line, ':');
-        bool control = false;
-        for (size_t i = 0; i < len; i++)
-            control |= (unsigned char)line[i] < 0x20 && line[i] != '\t';
-        if (!colon || colon == line || control || len == sizeof(line) - 1) {
-            snprintf(why, whylen, "%s: line %u: not one header line \"Name: value\"", path, n);
-            status = TBM_ERR_SOURCE;
-        } else if (!tbm_header_add(&h->headers, line)) {
-            status = TBM_ERR_NOMEM;
-        }
-    }
-    explicit_bzero(line, sizeof(line));
-    fclose(f);
-    return status;
-}
-
 /* Where the scheme of url has its bytes, and what it keeps for the
  * requests. */
-static int open_scheme(struct http *h, const char *url, const struct tbm_http_options *opts,
+static int open_scheme(struct http *h, const char *url, const struct tbm_remote_options *opts,
                        char *why, size_t whylen)
 {
     struct tbm_scheme_target t = {0};
@@ -759,9 +723,10 @@ static int open_scheme(struct http *h, const char *url, const struct tbm_http_op
         snprintf(why, whylen, "not a URL tbmfs reads");
         return TBM_ERR_SOURCE;
     }
-    r = h->scheme->open         ? h->scheme->open(url, opts, &t, why, whylen)
-        : (t.url = strdup(url)) ? 0
-                                : TBM_ERR_NOMEM;
+    if (h->scheme->open)
+        r = h->scheme->open(url, tbm_scheme_options(opts, h->scheme), &t, why, whylen);
+    else
+        r = (t.url = strdup(url)) ? 0 : TBM_ERR_NOMEM;
     h->url = t.url;
     h->state = t.state;
     if (!h->ca_file) {
@@ -772,18 +737,50 @@ static int open_scheme(struct http *h, const char *url, const struct tbm_http_op
     return r;
 }
 
-int tbm_source_open_http(const char *url, const struct tbm_http_options *opts,
-                         struct tbm_source **out, char *why, size_t whylen)
+/* The tail of the first answer, and the file as it was then: its length,
+ * validator and mtime (the server's Last-Modified, else now). */
+static void take_tail(struct http *h, const struct response *r)
 {
-    const struct tbm_http_options defaults = {.cache_size = TBM_HTTP_CACHE_DEFAULT,
-                                              .timeout = TBM_HTTP_TIMEOUT};
+    h->mount = r->head.v;
+    h->latest = r->head.v;
+    h->tail_off = r->head.first;
+    h->tail_len = r->got;
+    h->src.id.size = r->head.v.size;
+    snprintf(h->src.id.tag, sizeof(h->src.id.tag), "%s",
+             r->head.v.etag[0] ? r->head.v.etag : r->head.v.last_modified);
+    time_t lm = r->head.v.last_modified[0] ? curl_getdate(r->head.v.last_modified, NULL) : -1;
+    h->src.id.mtime.tv_sec = lm >= 0 ? lm : time(NULL);
+}
+
+/* The cache of the blocks, and the hinted ranges: both fetch through h. */
+static int make_stores(struct http *h, uint64_t cache_size)
+{
+    /* a reader may wait behind another's transfer: as long as its own */
+    struct tbm_cache_fetcher f = {.ctx = h,
+                                  .worker_new = worker_new,
+                                  .worker_free = worker_free,
+                                  .fetch = fetch_block,
+                                  .wait_limit = (unsigned)(deadline_ms(h) / 1000)};
+    struct tbm_hints_fetcher hf = {
+        .ctx = h, .easy_new = hint_easy, .start = hint_start, .end = hint_end};
+
+    if (tbm_cache_new(&f, h->src.id.size, cache_size ? cache_size : TBM_HTTP_CACHE_DEFAULT, WORKERS,
+                      &h->cache) < 0 ||
+        tbm_hints_new(&hf, &h->hints) < 0)
+        return TBM_ERR_NOMEM;
+    return 0;
+}
+
+int tbm_source_open_url(const char *url, const struct tbm_remote_options *opts,
+                        struct tbm_source **out, char *why, size_t whylen)
+{
+    const struct tbm_http_options *t = tbm_http_options_of(opts);
     struct response r;
     CURL *easy = NULL;
     int status = TBM_ERR_NOMEM;
 
     *out = NULL;
     snprintf(why, whylen, "out of memory");
-    opts = opts ? opts : &defaults;
     pthread_once(&curl_once, curl_init);
     if (curl_init_status != CURLE_OK) {
         snprintf(why, whylen, "libcurl: %s", curl_easy_strerror(curl_init_status));
@@ -795,17 +792,12 @@ int tbm_source_open_http(const char *url, const struct tbm_http_options *opts,
     pthread_mutex_init(&h->lock, NULL);
     h->src.ops = &http_ops;
     h->src.fd = -1; /* nothing to splice from: views read into a buffer */
-    h->timeout = opts->timeout ? (long)opts->timeout : (long)TBM_HTTP_TIMEOUT;
+    h->timeout = t->timeout ? (long)t->timeout : (long)TBM_HTTP_TIMEOUT;
     if (!(h->src.name = tbm_source_url_display(url)) || !(h->tail = malloc(TAIL_SIZE)) ||
-        (opts->ca_file && !(h->ca_file = strdup(opts->ca_file))))
+        (t->ca_file && !(h->ca_file = strdup(t->ca_file))))
         goto fail;
-    if ((status = open_scheme(h, url, opts, why, whylen)) < 0)
-        goto fail;
-    status = TBM_ERR_NOMEM;
-    for (size_t i = 0; i < opts->nheaders; i++)
-        if (!tbm_header_add(&h->headers, opts->headers[i]))
-            goto fail;
-    if (opts->header_file && (status = read_header_file(h, opts->header_file, why, whylen)) < 0)
+    if ((status = open_scheme(h, url, opts, why, whylen)) < 0 ||
+        (status = tbm_http_headers(t, &h->headers, why, whylen)) < 0)
         goto fail;
     status = TBM_ERR_NOMEM;
     if (!(easy = easy_new(h)))
@@ -820,26 +812,8 @@ int tbm_source_open_http(const char *url, const struct tbm_http_options *opts,
         status = TBM_ERR_SOURCE;
         goto fail;
     }
-    h->mount = r.head.v;
-    h->latest = r.head.v;
-    h->tail_off = r.head.first;
-    h->tail_len = r.got;
-    h->src.id.size = r.head.v.size;
-    snprintf(h->src.id.tag, sizeof(h->src.id.tag), "%s",
-             r.head.v.etag[0] ? r.head.v.etag : r.head.v.last_modified);
-    time_t lm = r.head.v.last_modified[0] ? curl_getdate(r.head.v.last_modified, NULL) : -1;
-    h->src.id.mtime.tv_sec = lm >= 0 ? lm : time(NULL);
-    /* a reader may wait behind another's transfer: as long as its own */
-    struct tbm_cache_fetcher f = {.ctx = h,
-                                  .worker_new = worker_new,
-                                  .worker_free = worker_free,
-                                  .fetch = fetch_block,
-                                  .wait_limit = (unsigned)(deadline_ms(h) / 1000)};
-    struct tbm_hints_fetcher hf = {
-        .ctx = h, .easy_new = hint_easy, .start = hint_start, .end = hint_end};
-    uint64_t cache = opts->cache_size ? opts->cache_size : TBM_HTTP_CACHE_DEFAULT;
-    if (tbm_cache_new(&f, r.head.v.size, cache, WORKERS, &h->cache) < 0 ||
-        tbm_hints_new(&hf, &h->hints) < 0) {
+    take_tail(h, &r);
+    if (make_stores(h, t->cache_size) < 0) {
         snprintf(why, whylen, "out of memory");
         goto fail;
     }

@@ -159,9 +159,10 @@ static void s3_close(void *state)
 
 /* The object's URL, the signing parameter, the credentials, and
  * AWS_CA_BUNDLE. */
-static int s3_open(const char *name, const struct tbm_http_options *opts,
-                   struct tbm_scheme_target *out, char *why, size_t whylen)
+static int s3_open(const char *name, const void *options, struct tbm_scheme_target *out, char *why,
+                   size_t whylen)
 {
+    const struct tbm_s3_options *o = options;
     struct s3 *s = calloc(1, sizeof(*s));
     char *region = NULL;
     int r = TBM_ERR_NOMEM;
@@ -170,8 +171,8 @@ static int s3_open(const char *name, const struct tbm_http_options *opts,
         return r;
     pthread_mutex_init(&s->lock, NULL);
     out->state = s;
-    if ((r = tbm_s3_locate(name, opts->s3_endpoint, opts->s3_region, &out->url, &region, why,
-                           whylen)) < 0)
+    if ((r = tbm_s3_locate(name, o ? o->endpoint : NULL, o ? o->region : NULL, &out->url, &region,
+                           why, whylen)) < 0)
         return r;
     r = asprintf(&s->sigv4, "aws:amz:%s:s3", region) < 0 ? TBM_ERR_NOMEM : 0;
     if (r < 0)
@@ -244,8 +245,43 @@ static char *s3_display(const char *name)
     return strdup(name);
 }
 
+static int set_endpoint(void *opts, const char *value, const char **why)
+{
+    *why = "must be an http:// or https:// URL";
+    if (!*value)
+        return -1;
+    ((struct tbm_s3_options *)opts)->endpoint = value;
+    return 0;
+}
+
+static int set_region(void *opts, const char *value, const char **why)
+{
+    *why = "must name a region";
+    if (!*value)
+        return -1;
+    ((struct tbm_s3_options *)opts)->region = value;
+    return 0;
+}
+
+static const struct tbm_option_row options[] = {
+    {.shown = {"s3_endpoint", "URL",
+               "S3 SOURCE: an S3-compatible store, path-style (else AWS_ENDPOINT_URL_S3,\n"
+               "AWS_ENDPOINT_URL, else AWS)"},
+     .set = set_endpoint},
+    {.shown = {"s3_region", "REGION",
+               "S3 SOURCE: the region signed for (else AWS_REGION, AWS_DEFAULT_REGION,\n"
+               "us-east-1)"},
+     .set = set_region},
+};
+
 const struct tbm_scheme tbm_scheme_s3 = {
     .prefix = {S3_SCHEME},
+    .form = "s3://BUCKET/KEY",
+    .help = "in an S3 bucket, signed with the AWS credentials of the environment or\n"
+            "~/.aws/credentials; SIGHUP reads them again",
+    .options = options,
+    .noptions = sizeof(options) / sizeof(options[0]),
+    .options_size = sizeof(struct tbm_s3_options),
     .open = s3_open,
     .sign = s3_sign,
     .refused = s3_refused,

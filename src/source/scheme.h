@@ -1,8 +1,9 @@
 /* The schemes of remote sources (not installed): one row per scheme says
  * what differs between them (its prefix, where a URL's bytes are, what
- * signs a request, how it is shown, how credentials are read again); the
- * HTTP source (http.c) does the rest, the same for every row. A scheme is
- * one file with its row, and the row's line in the table (schemes.c). */
+ * signs a request, how it is shown, how credentials are read again, its
+ * options); the HTTP source (http.c) does the rest, the same for every row.
+ * A scheme is one file with its row, and the row's line in the table
+ * (schemes.c). */
 #ifndef TBM_SOURCE_SCHEME_H
 #define TBM_SOURCE_SCHEME_H
 
@@ -11,6 +12,37 @@
 #include <stddef.h>
 
 #include "tbm/source.h"
+
+/* How the transport reads, whatever the scheme: the options every remote
+ * source shares. */
+struct tbm_http_options {
+    uint64_t cache_size;  /* bytes; at least 2 blocks (TBM_HTTP_CACHE_MIN) */
+    const char **headers; /* "Name: value", sent with every request to the source */
+    size_t nheaders;
+    const char *header_file; /* more of them, one a line, or NULL */
+    unsigned timeout;        /* seconds of stall (and of connecting) before a try fails */
+    const char *ca_file;     /* PEM CAs in place of the system's, or NULL */
+};
+
+#define TBM_HTTP_CACHE_DEFAULT (256ull << 20)
+#define TBM_HTTP_CACHE_MIN     (2ull << 20)
+#define TBM_HTTP_TIMEOUT       30u
+/* A read waits for a transfer at most this many times the stall timeout
+ * (90 s by default; at least the timeout and 10 s) in all, whatever the
+ * server sends. */
+#define TBM_HTTP_DEADLINE_TIMEOUTS 3u
+
+/* An option of the transport's or of a scheme's: how --help shows it, and
+ * how it is set in its owner's struct of options. */
+struct tbm_option_row {
+    struct tbm_remote_option shown;
+    /* Takes value (a copy the options keep while they live) into opts:
+     * 0, or -1 with the reason in *why. */
+    int (*set)(void *opts, const char *value, const char **why);
+    /* what follows the first ':' of its value (a header's value) is
+     * hidden in the command line that ps shows */
+    bool secret;
+};
 
 /* What a scheme's open gives the transport. */
 struct tbm_scheme_target {
@@ -22,11 +54,18 @@ struct tbm_scheme_target {
 struct tbm_scheme {
     /* Its URLs begin with one of these (any case). */
     const char *prefix[2];
-    /* Where name's bytes are, and what the source keeps for its requests:
-     * 0, TBM_ERR_NOMEM, or TBM_ERR_SOURCE with the reason in why (no
-     * secret). NULL: name is the http(s) URL requested. */
-    int (*open)(const char *name, const struct tbm_http_options *opts,
-                struct tbm_scheme_target *out, char *why, size_t whylen);
+    /* For --help: the form of its URLs, and what they name. */
+    const char *form, *help;
+    /* Its options (-o NAME=VALUE), set in a struct of options_size bytes,
+     * zeroed at first, that open is given. */
+    const struct tbm_option_row *options;
+    size_t noptions, options_size;
+    /* Where name's bytes are, and what the source keeps for its requests,
+     * given the scheme's options: 0, TBM_ERR_NOMEM, or TBM_ERR_SOURCE with
+     * the reason in why (no secret). NULL: name is the http(s) URL
+     * requested. */
+    int (*open)(const char *name, const void *options, struct tbm_scheme_target *out, char *why,
+                size_t whylen);
     /* Makes a request to the source's own origin carry what proves who
      * asks (a signature, headers added to *headers); *version names the
      * credentials used. 0 or TBM_ERR_NOMEM. NULL: requests go as they are.
@@ -48,8 +87,27 @@ struct tbm_scheme {
  * scheme: the one place that tells. */
 const struct tbm_scheme *tbm_scheme_of(const char *name);
 
+/* The i-th row of the table, NULL past the last. */
+const struct tbm_scheme *tbm_scheme_at(size_t i);
+
+/* The options of the transport in o (the defaults for NULL), and those of
+ * scheme s (zeroes for NULL: every one unset). */
+const struct tbm_http_options *tbm_http_options_of(const struct tbm_remote_options *o);
+const void *tbm_scheme_options(const struct tbm_remote_options *o, const struct tbm_scheme *s);
+
+/* The header lines of the options, sent with every request to the
+ * source's origin: -o http_header's, then those of -o http_header_file,
+ * appended to *list. 0, TBM_ERR_NOMEM, or TBM_ERR_SOURCE with the reason
+ * in why (which quotes no line: it may be a secret). */
+int tbm_http_headers(const struct tbm_http_options *o, struct curl_slist **list, char *why,
+                     size_t whylen);
+
 /* Whether url is an http:// or https:// URL, which is requested as it is. */
 bool tbm_scheme_is_http(const char *url);
+
+/* Overwrites with '*', in place, the user information and what follows
+ * '?' or '#' of arg when it is the URL of a remote scheme. */
+void tbm_scheme_url_hide(char *arg);
 
 /* How many times tbm_source_credentials_reload was called: a source that
  * saw another count reads its credentials again before its next request. */

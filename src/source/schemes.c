@@ -47,6 +47,8 @@ static char *http_display(const char *url)
 
 static const struct tbm_scheme http = {
     .prefix = {"http://", "https://"},
+    .form = "http://HOST/PATH, https://HOST/PATH",
+    .help = "on a web server",
     .display = http_display,
 };
 
@@ -56,6 +58,11 @@ extern const struct tbm_scheme tbm_scheme_s3;
 static const struct tbm_scheme *const schemes[] = {&http, &tbm_scheme_s3};
 
 #define NSCHEMES (sizeof(schemes) / sizeof(schemes[0]))
+
+const struct tbm_scheme *tbm_scheme_at(size_t i)
+{
+    return i < NSCHEMES ? schemes[i] : NULL;
+}
 
 const struct tbm_scheme *tbm_scheme_of(const char *name)
 {
@@ -71,6 +78,15 @@ bool tbm_scheme_is_http(const char *url)
     return tbm_scheme_of(url) == &http;
 }
 
+bool tbm_source_scheme_help(size_t i, const char **form, const char **help)
+{
+    if (i >= NSCHEMES)
+        return false;
+    *form = schemes[i]->form;
+    *help = schemes[i]->help;
+    return true;
+}
+
 bool tbm_source_is_url(const char *name)
 {
     return tbm_scheme_of(name) != NULL;
@@ -83,7 +99,7 @@ char *tbm_source_url_display(const char *name)
     return s ? s->display(name) : strdup(name);
 }
 
-void tbm_source_url_hide(char *arg)
+void tbm_scheme_url_hide(char *arg)
 {
     struct secrets s;
 

@@ -210,11 +210,13 @@ static void hidden(const char *arg, const char *want)
     char buf[256];
 
     snprintf(buf, sizeof(buf), "%s", arg);
-    tbm_source_url_hide(buf);
+    tbm_source_hide_secrets(buf);
     assert_string_equal(buf, want);
 }
 
-static void test_url_hide(void **state)
+/* What ps is left to show of an argument: no URL's user information or
+ * query, no header's value. */
+static void test_hide_secrets(void **state)
 {
     (void)state;
     hidden("https://alice:pw@host:8443/dir/m.tbm?token=abc#f",
@@ -224,6 +226,9 @@ static void test_url_hide(void **state)
     hidden("s3://bucket/a?b", "s3://bucket/a?*");
     hidden("ftp://u:p@host/x?y", "ftp://u:p@host/x?y");
     hidden("/local/path?x", "/local/path?x");
+    hidden("http_header=X-Api-Key: secret", "http_header=X-Api-Key:*******");
+    hidden("ro,http_header=X: v,allow_other", "ro,http_header=X:**************");
+    hidden("http_header_file=/etc/a:b", "http_header_file=/etc/a:b");
 }
 
 /* The table of schemes is the one that tells a URL, whatever the case. */
@@ -250,7 +255,7 @@ int main(void)
         cmocka_unit_test_setup(test_environment_first, clean_env),
         cmocka_unit_test_setup(test_home_file, clean_env),
         cmocka_unit_test_setup(test_url_display, clean_env),
-        cmocka_unit_test_setup(test_url_hide, clean_env),
+        cmocka_unit_test_setup(test_hide_secrets, clean_env),
         cmocka_unit_test_setup(test_is_url, clean_env),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
