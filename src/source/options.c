@@ -3,6 +3,7 @@
  * them into the struct of their owner, and what the command line must not
  * show of them. */
 #include <errno.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -63,24 +64,6 @@ static int set_http_header(void *opts, const char *value, const char **why)
     return 0;
 }
 
-static int set_http_header_file(void *opts, const char *value, const char **why)
-{
-    *why = "must name a file";
-    if (!*value)
-        return -1;
-    ((struct tbm_http_options *)opts)->header_file = value;
-    return 0;
-}
-
-static int set_ca_file(void *opts, const char *value, const char **why)
-{
-    *why = "must name a PEM file";
-    if (!*value)
-        return -1;
-    ((struct tbm_http_options *)opts)->ca_file = value;
-    return 0;
-}
-
 static int set_http_timeout(void *opts, const char *value, const char **why)
 {
     char *end;
@@ -109,11 +92,13 @@ static const struct tbm_option_row transport[] = {
     {.shown = {"http_header_file", "PATH",
                "the same, one \"Name: value\" a line read from PATH (a token stays out of\n"
                "ps)"},
-     .set = set_http_header_file},
+     .field = offsetof(struct tbm_http_options, header_file),
+     .empty = "must name a file"},
     {.shown = {"ca_file", "PATH",
                "HTTPS or S3 SOURCE: trust the CAs of this PEM file in place of the\n"
                "system's (S3: else AWS_CA_BUNDLE)"},
-     .set = set_ca_file},
+     .field = offsetof(struct tbm_http_options, ca_file),
+     .empty = "must name a PEM file"},
     /* not documented: lets the tests stall a transfer for seconds, not 30 */
     {.shown = {"http_timeout", "SECONDS", NULL}, .set = set_http_timeout},
 };
@@ -183,7 +168,14 @@ int tbm_remote_options_set(struct tbm_remote_options *o, size_t i, const char *v
     if (!(o->kept[o->nkept] = strdup(value ? value : "")))
         return -1;
     value = o->kept[o->nkept++];
-    return row->set(scheme == SIZE_MAX ? (void *)&o->http : o->scheme[scheme], value, why);
+    void *owner = scheme == SIZE_MAX ? (void *)&o->http : o->scheme[scheme];
+    if (row->set)
+        return row->set(owner, value, why);
+    *why = row->empty;
+    if (!*value)
+        return -1;
+    *(const char **)((char *)owner + row->field) = value;
+    return 0;
 }
 
 void tbm_remote_options_free(struct tbm_remote_options *o)

@@ -7,6 +7,7 @@
 #include "s3.h"
 
 #include <pthread.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -245,33 +246,17 @@ static char *s3_display(const char *name)
     return strdup(name);
 }
 
-static int set_endpoint(void *opts, const char *value, const char **why)
-{
-    *why = "must be an http:// or https:// URL";
-    if (!*value)
-        return -1;
-    ((struct tbm_s3_options *)opts)->endpoint = value;
-    return 0;
-}
-
-static int set_region(void *opts, const char *value, const char **why)
-{
-    *why = "must name a region";
-    if (!*value)
-        return -1;
-    ((struct tbm_s3_options *)opts)->region = value;
-    return 0;
-}
-
 static const struct tbm_option_row options[] = {
     {.shown = {"s3_endpoint", "URL",
                "S3 SOURCE: an S3-compatible store, path-style (else AWS_ENDPOINT_URL_S3,\n"
                "AWS_ENDPOINT_URL, else AWS)"},
-     .set = set_endpoint},
+     .field = offsetof(struct tbm_s3_options, endpoint),
+     .empty = "must be an http:// or https:// URL"},
     {.shown = {"s3_region", "REGION",
                "S3 SOURCE: the region signed for (else AWS_REGION, AWS_DEFAULT_REGION,\n"
                "us-east-1)"},
-     .set = set_region},
+     .field = offsetof(struct tbm_s3_options, region),
+     .empty = "must name a region"},
 };
 
 const struct tbm_scheme tbm_scheme_s3 = {

@@ -10,6 +10,7 @@
 #include <curl/curl.h>
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "tbm/source.h"
 
@@ -37,8 +38,12 @@ struct tbm_http_options {
 struct tbm_option_row {
     struct tbm_remote_option shown;
     /* Takes value (a copy the options keep while they live) into opts:
-     * 0, or -1 with the reason in *why. */
+     * 0, or -1 with the reason in *why. NULL: value is a string kept, as
+     * it is, in the const char * at offset field of opts, and refused with
+     * the reason empty when it is "". */
     int (*set)(void *opts, const char *value, const char **why);
+    size_t field;
+    const char *empty;
     /* what follows the first ':' of its value (a header's value) is
      * hidden in the command line that ps shows */
     bool secret;
