@@ -1,11 +1,12 @@
-/* The HTTP(S) source: a .tbm container on a web server, or an S3 object
- * with every request signed (by libcurl: SigV4), read with range requests,
- * its tail at open and the rest in blocks of the cache; every response is
- * checked against the file as it was at open. Redirects are followed here,
- * hop by hop, so that the source's own headers and credentials go only to
- * its own origin. */
+/* The source of every remote scheme: a .tbm container read over HTTP(S)
+ * with range requests (libcurl), its tail at open, the headers the format
+ * layer hints in hints.c's ranges, the rest in blocks of the cache. Here:
+ * the transport (libcurl's set-up, requests, retries, redirects followed
+ * hop by hop so that the source's own headers and signature go only to its
+ * own origin), the judgement of every answer against the file as it was at
+ * open, and the source's operations. What a scheme changes (where a URL's
+ * bytes are, what signs a request) its row says (scheme.h). */
 #include <curl/curl.h>
-#include <errno.h>
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -14,12 +15,11 @@
 #include <strings.h>
 #include <time.h>
 
+#include "answer.h"
 #include "cache.h"
 #include "hints.h"
-#include "answer.h"
 #include "scheme.h"
 #include "tbm/log.h"
-#include "tbm/names.h"
 #include "tbm/source.h"
 
 /* The first request asks for this much of the end: the index length, and
@@ -293,6 +293,50 @@ static const char *status_name(long status)
     }
 }
 
+/* What a transfer that failed says, and whether trying again may help. */
+static enum outcome transfer_failed(const struct response *r, CURLcode code, char *why,
+                                    size_t whylen)
+{
+    snprintf(why, whylen, "%s", r->errbuf[0] ? r->errbuf : curl_easy_strerror(code));
+    /* Trying again changes nothing for these. */
+    bool lasting = code == CURLE_PEER_FAILED_VERIFICATION || code == CURLE_SSL_CACERT_BADFILE ||
+                   code == CURLE_URL_MALFORMAT || code == CURLE_UNSUPPORTED_PROTOCOL ||
+                   code == CURLE_TOO_MANY_REDIRECTS;
+    return lasting ? OUT_FAIL : OUT_RETRY;
+}
+
+/* Judges a partial answer (206): the file it is of, and the range asked
+ * for whole (at open: a suffix of at most len bytes). */
+static enum outcome judge_range(struct http *h, const struct response *r, bool at_open,
+                                uint64_t first, size_t len, char *why, size_t whylen)
+{
+    const struct tbm_http_answer *a = &r->head;
+
+    if (!a->has_range) {
+        snprintf(why, whylen, "HTTP 206 without a usable Content-Range");
+        return OUT_FAIL;
+    }
+    if (!at_open && differs(&h->mount, &a->v, why, whylen))
+        return OUT_CHANGED;
+    if (r->too_long) {
+        snprintf(why, whylen, "a body longer than its Content-Range");
+        return OUT_RETRY;
+    }
+    if (at_open ? a->last != a->v.size - 1 || a->last - a->first >= len
+                : a->first != first || a->last != first + len - 1) {
+        snprintf(why, whylen, "Content-Range bytes %llu-%llu/%llu does not answer the range asked",
+                 (unsigned long long)a->first, (unsigned long long)a->last,
+                 (unsigned long long)a->v.size);
+        return OUT_FAIL;
+    }
+    if (r->got != a->last - a->first + 1) {
+        snprintf(why, whylen, "a body of %zu bytes, shorter than its Content-Range's %llu", r->got,
+                 (unsigned long long)(a->last - a->first + 1));
+        return OUT_RETRY;
+    }
+    return OUT_OK;
+}
+
 /* Judges one answer to a request for len bytes at first (at open: a suffix
  * of at most len bytes). */
 static enum outcome judge(struct http *h, struct response *r, CURLcode code, bool at_open,
@@ -302,14 +346,8 @@ static enum outcome judge(struct http *h, struct response *r, CURLcode code, boo
 
     curl_easy_getinfo(r->easy, CURLINFO_RESPONSE_CODE, &status);
     /* A write error is ours when the body was refused (see write_cb). */
-    if (code != CURLE_OK && !(code == CURLE_WRITE_ERROR && status != 0)) {
-        snprintf(why, whylen, "%s", r->errbuf[0] ? r->errbuf : curl_easy_strerror(code));
-        /* Trying again changes nothing for these. */
-        bool lasting = code == CURLE_PEER_FAILED_VERIFICATION || code == CURLE_SSL_CACERT_BADFILE ||
-                       code == CURLE_URL_MALFORMAT || code == CURLE_UNSUPPORTED_PROTOCOL ||
-                       code == CURLE_TOO_MANY_REDIRECTS;
-        return lasting ? OUT_FAIL : OUT_RETRY;
-    }
+    if (code != CURLE_OK && !(code == CURLE_WRITE_ERROR && status != 0))
+        return transfer_failed(r, code, why, whylen);
     if (status == 200 || status == 206) {
         pthread_mutex_lock(&h->lock);
         if (r->head.v.has_size)
@@ -329,40 +367,16 @@ static enum outcome judge(struct http *h, struct response *r, CURLcode code, boo
             return OUT_REDIRECT;
         }
     }
-    if (status != 206) {
-        tbm_answer_error_code(r->body, r->body_len, r->code, sizeof(r->code));
-        snprintf(why, whylen, "HTTP %ld%s%s%s%s", status, status_name(status),
-                 r->code[0] ? " (" : "", r->code, r->code[0] ? ")" : "");
-    }
+    if (status == 206)
+        return judge_range(h, r, at_open, first, len, why, whylen);
+    tbm_answer_error_code(r->body, r->body_len, r->code, sizeof(r->code));
+    snprintf(why, whylen, "HTTP %ld%s%s%s%s", status, status_name(status), r->code[0] ? " (" : "",
+             r->code, r->code[0] ? ")" : "");
     if (status == 408 || status == 429 || status >= 500)
         return OUT_RETRY;
     if (h->scheme->refused && h->scheme->refused(r->status, r->code))
         return OUT_DENIED;
-    if (status != 206)
-        return OUT_FAIL;
-    if (!r->head.has_range) {
-        snprintf(why, whylen, "HTTP 206 without a usable Content-Range");
-        return OUT_FAIL;
-    }
-    if (!at_open && differs(&h->mount, &r->head.v, why, whylen))
-        return OUT_CHANGED;
-    if (r->too_long) {
-        snprintf(why, whylen, "a body longer than its Content-Range");
-        return OUT_RETRY;
-    }
-    if (at_open ? r->head.last != r->head.v.size - 1 || r->head.last - r->head.first >= len
-                : r->head.first != first || r->head.last != first + len - 1) {
-        snprintf(why, whylen, "Content-Range bytes %llu-%llu/%llu does not answer the range asked",
-                 (unsigned long long)r->head.first, (unsigned long long)r->head.last,
-                 (unsigned long long)r->head.v.size);
-        return OUT_FAIL;
-    }
-    if (r->got != r->head.last - r->head.first + 1) {
-        snprintf(why, whylen, "a body of %zu bytes, shorter than its Content-Range's %llu", r->got,
-                 (unsigned long long)(r->head.last - r->head.first + 1));
-        return OUT_RETRY;
-    }
-    return OUT_OK;
+    return OUT_FAIL;
 }
 
 static void back_off(int attempt)
@@ -375,13 +389,66 @@ static void back_off(int attempt)
         ;
 }
 
+/* What a fetch asks for: len bytes at first into buf (at open, the last
+ * len bytes), with its Range header. */
+struct ask {
+    void *buf;
+    size_t len;
+    uint64_t first;
+    bool at_open;
+    char range[80];
+};
+
+/* One request of a fetch, to url, in at most left ms: its answer in r,
+ * judged; *version names the credentials it was signed with. */
+static enum outcome ask_once(struct http *h, CURL *easy, struct response *r, const struct ask *a,
+                             const char *url, long left, unsigned *version, char *why,
+                             size_t whylen)
+{
+    struct curl_slist *list;
+
+    memset(r, 0, sizeof(*r));
+    r->easy = easy;
+    r->buf = a->buf;
+    r->cap = a->len;
+    if (prepare(h, easy, url, a->range, &list, version) < 0)
+        return OUT_NOMEM;
+    enum outcome o = OUT_NOMEM;
+    if (curl_easy_setopt(easy, CURLOPT_HEADERDATA, r) == CURLE_OK &&
+        curl_easy_setopt(easy, CURLOPT_WRITEDATA, r) == CURLE_OK &&
+        curl_easy_setopt(easy, CURLOPT_TIMEOUT_MS, left) == CURLE_OK &&
+        curl_easy_setopt(easy, CURLOPT_ERRORBUFFER, r->errbuf) == CURLE_OK)
+        o = judge(h, r, curl_easy_perform(easy), a->at_open, a->first, a->len, why, whylen);
+    curl_easy_setopt(easy, CURLOPT_HTTPHEADER, NULL);
+    curl_slist_free_all(list);
+    return o;
+}
+
+/* Takes r's redirect as the next target, at most MAX_HOPS of them:
+ * OUT_REDIRECT to go on, or why not. */
+static enum outcome redirect(const struct response *r, char **target, int *hops, char *why,
+                             size_t whylen)
+{
+    free(*target);
+    *target = NULL;
+    if (++*hops > MAX_HOPS) {
+        snprintf(why, whylen, "more than %d redirects", MAX_HOPS);
+        return OUT_FAIL;
+    }
+    if (!(*target = strdup(r->location))) {
+        snprintf(why, whylen, "out of memory");
+        return OUT_NOMEM;
+    }
+    return OUT_REDIRECT;
+}
+
 /* Asks for len bytes at first into buf (at open, range is "-len", a suffix),
  * tried up to TRIES times while failures look passing, following redirects
  * and, once, retrying a refusal with credentials read again. */
 static enum outcome fetch(struct http *h, CURL *easy, struct response *r, void *buf, size_t len,
                           uint64_t first, bool at_open, char *why, size_t whylen)
 {
-    char range[80];
+    struct ask a = {.buf = buf, .len = len, .first = first, .at_open = at_open};
     enum outcome o = OUT_FAIL;
     char *target = NULL; /* a redirect's, else the source's URL */
     bool renewed = false;
@@ -389,13 +456,12 @@ static enum outcome fetch(struct http *h, CURL *easy, struct response *r, void *
     struct timespec start;
 
     if (at_open)
-        snprintf(range, sizeof(range), "Range: bytes=-%zu", len);
+        snprintf(a.range, sizeof(a.range), "Range: bytes=-%zu", len);
     else
-        snprintf(range, sizeof(range), "Range: bytes=%llu-%llu", (unsigned long long)first,
+        snprintf(a.range, sizeof(a.range), "Range: bytes=%llu-%llu", (unsigned long long)first,
                  (unsigned long long)(first + len - 1));
     clock_gettime(CLOCK_MONOTONIC, &start);
     for (int attempt = 0; attempt < TRIES;) {
-        struct curl_slist *list;
         unsigned version;
         long left = deadline_ms(h) - ms_since(&start);
         if (tbm_source_stopping()) {
@@ -408,33 +474,9 @@ static enum outcome fetch(struct http *h, CURL *easy, struct response *r, void *
             o = OUT_FAIL;
             break;
         }
-        memset(r, 0, sizeof(*r));
-        r->easy = easy;
-        r->buf = buf;
-        r->cap = len;
-        if (prepare(h, easy, target ? target : h->url, range, &list, &version) < 0 ||
-            curl_easy_setopt(easy, CURLOPT_HEADERDATA, r) != CURLE_OK ||
-            curl_easy_setopt(easy, CURLOPT_WRITEDATA, r) != CURLE_OK ||
-            curl_easy_setopt(easy, CURLOPT_TIMEOUT_MS, left) != CURLE_OK ||
-            curl_easy_setopt(easy, CURLOPT_ERRORBUFFER, r->errbuf) != CURLE_OK) {
-            curl_slist_free_all(list);
-            o = OUT_NOMEM;
-            break;
-        }
-        CURLcode code = curl_easy_perform(easy);
-        o = judge(h, r, code, at_open, first, len, why, whylen);
-        curl_easy_setopt(easy, CURLOPT_HTTPHEADER, NULL);
-        curl_slist_free_all(list);
-        if (o == OUT_REDIRECT) {
-            free(target);
-            if (++hops > MAX_HOPS || !(target = strdup(r->location))) {
-                snprintf(why, whylen, hops > MAX_HOPS ? "more than %d redirects" : "out of memory",
-                         MAX_HOPS);
-                o = hops > MAX_HOPS ? OUT_FAIL : OUT_NOMEM;
-                break;
-            }
+        o = ask_once(h, easy, r, &a, target ? target : h->url, left, &version, why, whylen);
+        if (o == OUT_REDIRECT && (o = redirect(r, &target, &hops, why, whylen)) == OUT_REDIRECT)
             continue;
-        }
         if (o == OUT_DENIED && !renewed && h->scheme->refresh &&
             h->scheme->refresh(h->state, version)) {
             renewed = true;
