@@ -14,8 +14,8 @@
 #include "tbm/status.h"
 
 /* What makes a source the same file as when it was opened: for a local file
- * its device, inode, size, mtime and ctime; for HTTP its length and the
- * server's validator (ETag, else Last-Modified) in tag. */
+ * its device, inode, size, mtime and ctime; for a remote file its length
+ * and the server's validator (ETag, else Last-Modified) in tag. */
 struct tbm_source_id {
     uint64_t size;
     uint64_t dev, ino;
@@ -138,8 +138,8 @@ int tbm_source_hold(struct tbm_source *src, uint64_t off, size_t len, unsigned m
 void tbm_source_release(struct tbm_source_hold *h);
 
 /* 0 while the source is the file it was when opened (device, inode, size,
- * mtime; for HTTP length and validator), else TBM_ERR_CHANGED, from
- * then on for good. One fstat for a local file. */
+ * mtime; for a remote file length and validator), else TBM_ERR_CHANGED,
+ * from then on for good. One fstat for a local file. */
 int tbm_source_verify(struct tbm_source *src);
 
 /* True exactly once after the source changed, for the one log line;

@@ -187,8 +187,8 @@ static int serve(struct fuse_args *args, const struct tbm_cli *cli, struct tbm_f
         return 1;
     if (fuse_set_signal_handlers(se) != 0)
         goto out_destroy;
-    /* libfuse's handlers end the session on SIGHUP; ours reads the
-     * credentials of S3 sources again */
+    /* libfuse's handlers end the session on SIGHUP; ours has remote
+     * sources read their credentials again (S3's) */
     struct sigaction hup = {.sa_handler = reload_credentials}, stop = {.sa_handler = stop_sources};
     sigemptyset(&hup.sa_mask);
     sigemptyset(&stop.sa_mask);

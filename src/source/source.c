@@ -1,4 +1,7 @@
-/* What every source shares, built on its three operations. */
+/* What every source shares, built on its operations (tbm_source_ops): the
+ * check that it is still the file it was, the batch of one request's reads
+ * with the request's mode, holds of its bytes, and the stop of every
+ * transfer. */
 #include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
