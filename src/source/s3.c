@@ -118,6 +118,13 @@ int tbm_s3_locate(const char *s3url, const char *endpoint, const char *region, c
     return 0;
 }
 
+/* The options of s3:// sources, NULL unless given: then the environment's,
+ * else AWS's. */
+struct s3_options {
+    const char *endpoint; /* -o s3_endpoint */
+    const char *region;   /* -o s3_region */
+};
+
 /* What an s3:// source keeps for its requests: libcurl's signing parameter
  * ("aws:amz:REGION:s3") and the credentials, read again when refused or on
  * SIGHUP. */
@@ -163,7 +170,7 @@ static void s3_close(void *state)
 static int s3_open(const char *name, const void *options, struct tbm_scheme_target *out, char *why,
                    size_t whylen)
 {
-    const struct tbm_s3_options *o = options;
+    const struct s3_options *o = options;
     struct s3 *s = calloc(1, sizeof(*s));
     char *region = NULL;
     int r = TBM_ERR_NOMEM;
@@ -250,12 +257,12 @@ static const struct tbm_option_row options[] = {
     {.shown = {"s3_endpoint", "URL",
                "S3 SOURCE: an S3-compatible store, path-style (else AWS_ENDPOINT_URL_S3,\n"
                "AWS_ENDPOINT_URL, else AWS)"},
-     .field = offsetof(struct tbm_s3_options, endpoint),
+     .field = offsetof(struct s3_options, endpoint),
      .empty = "must be an http:// or https:// URL"},
     {.shown = {"s3_region", "REGION",
                "S3 SOURCE: the region signed for (else AWS_REGION, AWS_DEFAULT_REGION,\n"
                "us-east-1)"},
-     .field = offsetof(struct tbm_s3_options, region),
+     .field = offsetof(struct s3_options, region),
      .empty = "must name a region"},
 };
 
@@ -266,7 +273,7 @@ const struct tbm_scheme tbm_scheme_s3 = {
             "~/.aws/credentials; SIGHUP reads them again",
     .options = options,
     .noptions = sizeof(options) / sizeof(options[0]),
-    .options_size = sizeof(struct tbm_s3_options),
+    .options_size = sizeof(struct s3_options),
     .open = s3_open,
     .sign = s3_sign,
     .refused = s3_refused,

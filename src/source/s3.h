@@ -10,12 +10,6 @@
 
 #include "tbm/source.h"
 
-/* The options of s3:// sources; NULL: the environment's, else AWS's. */
-struct tbm_s3_options {
-    const char *endpoint; /* -o s3_endpoint */
-    const char *region;   /* -o s3_region */
-};
-
 /* The http(s) URL of the object of s3url ("s3://BUCKET/KEY") and the region
  * to sign for, from the options (NULL when not given) and the environment
  * (AWS_ENDPOINT_URL_S3, AWS_ENDPOINT_URL, AWS_REGION, AWS_DEFAULT_REGION).
