@@ -504,15 +504,13 @@ void tbm_cache_invalidate(struct tbm_cache *c)
     pthread_mutex_unlock(&c->lock);
 }
 
-int tbm_cache_new(const struct tbm_cache_fetcher *f, uint64_t size, uint64_t cache_bytes,
-                  unsigned workers, struct tbm_cache **out)
+/* The slots of a cache of a source of size bytes, as many as cache_bytes
+ * holds (at least two), in one mapping, and room for workers threads; on
+ * failure nothing is left allocated. TBM_ERR_NOMEM. */
+static int make_slots(struct tbm_cache *c, uint64_t size, uint64_t cache_bytes, unsigned workers)
 {
-    struct tbm_cache *c = calloc(1, sizeof(*c));
     uint64_t n = cache_bytes / TBM_CACHE_BLOCK;
 
-    *out = NULL;
-    if (!c)
-        return TBM_ERR_NOMEM;
     /* Never more slots than blocks: a small file's cache costs only its size. */
     if (n > size / TBM_CACHE_BLOCK + 1)
         n = size / TBM_CACHE_BLOCK + 1;
@@ -535,6 +533,44 @@ int tbm_cache_new(const struct tbm_cache_fetcher *f, uint64_t size, uint64_t cac
         free(c->slots);
         free(c->buckets);
         free(c->threads);
+        return TBM_ERR_NOMEM;
+    }
+    return 0;
+}
+
+/* Every cache is on the list that a fork stops the threads of. */
+static void enroll(struct tbm_cache *c)
+{
+    pthread_once(&atfork_once, register_atfork);
+    pthread_mutex_lock(&all_lock);
+    c->all_next = all_caches;
+    if (all_caches)
+        all_caches->all_prev = c;
+    all_caches = c;
+    pthread_mutex_unlock(&all_lock);
+}
+
+static void withdraw(struct tbm_cache *c)
+{
+    pthread_mutex_lock(&all_lock);
+    if (c->all_prev)
+        c->all_prev->all_next = c->all_next;
+    else
+        all_caches = c->all_next;
+    if (c->all_next)
+        c->all_next->all_prev = c->all_prev;
+    pthread_mutex_unlock(&all_lock);
+}
+
+int tbm_cache_new(const struct tbm_cache_fetcher *f, uint64_t size, uint64_t cache_bytes,
+                  unsigned workers, struct tbm_cache **out)
+{
+    struct tbm_cache *c = calloc(1, sizeof(*c));
+
+    *out = NULL;
+    if (!c)
+        return TBM_ERR_NOMEM;
+    if (make_slots(c, size, cache_bytes, workers) < 0) {
         free(c);
         return TBM_ERR_NOMEM;
     }
@@ -559,13 +595,7 @@ int tbm_cache_new(const struct tbm_cache_fetcher *f, uint64_t size, uint64_t cac
     pthread_cond_init(&c->done, &monotonic);
     pthread_condattr_destroy(&monotonic);
     pthread_cond_init(&c->work, NULL);
-    pthread_once(&atfork_once, register_atfork);
-    pthread_mutex_lock(&all_lock);
-    c->all_next = all_caches;
-    if (all_caches)
-        all_caches->all_prev = c;
-    all_caches = c;
-    pthread_mutex_unlock(&all_lock);
+    enroll(c);
     *out = c;
     return 0;
 }
@@ -574,14 +604,7 @@ void tbm_cache_free(struct tbm_cache *c)
 {
     if (!c)
         return;
-    pthread_mutex_lock(&all_lock);
-    if (c->all_prev)
-        c->all_prev->all_next = c->all_next;
-    else
-        all_caches = c->all_next;
-    if (c->all_next)
-        c->all_next->all_prev = c->all_prev;
-    pthread_mutex_unlock(&all_lock);
+    withdraw(c);
     stop_workers(c);
     munmap(c->map, c->map_len);
     pthread_mutex_destroy(&c->lock);

@@ -62,7 +62,7 @@ struct tbm_scheme {
     /* For --help: the form of its URLs, and what they name. */
     const char *form, *help;
     /* Its options (-o NAME=VALUE), set in a struct of options_size bytes,
-     * zeroed at first, that open is given. */
+     * zeroed at first, which open is given. */
     const struct tbm_option_row *options;
     size_t noptions, options_size;
     /* Where name's bytes are, and what the source keeps for its requests,
@@ -95,8 +95,9 @@ const struct tbm_scheme *tbm_scheme_of(const char *name);
 /* The i-th row of the table, NULL past the last. */
 const struct tbm_scheme *tbm_scheme_at(size_t i);
 
-/* The options of the transport in o (the defaults for NULL), and those of
- * scheme s (zeroes for NULL: every one unset). */
+/* The options of the transport in o (the defaults when o is NULL), and
+ * those of scheme s (NULL when o is NULL or s has none: every one unset,
+ * which a row's open takes as such). */
 const struct tbm_http_options *tbm_http_options_of(const struct tbm_remote_options *o);
 const void *tbm_scheme_options(const struct tbm_remote_options *o, const struct tbm_scheme *s);
 
