@@ -27,8 +27,8 @@ struct tbm_open_progress {
 struct tbm_open_options {
     enum tbm_isa isa; /* kernels used for statistics and reported in model.json */
     bool strict;      /* refuse a model in which any tensor has a problem */
-    const struct tbm_http_options *http; /* for an http(s):// SOURCE; NULL: defaults */
-    struct tbm_open_progress *progress;  /* updated as the open goes; may be NULL */
+    const struct tbm_remote_options *remote; /* for a URL SOURCE; NULL: defaults */
+    struct tbm_open_progress *progress;      /* updated as the open goes; may be NULL */
 };
 
 /* Opens and validates path into *out. On failure returns a negative status

@@ -1,6 +1,7 @@
 /* A model's bytes, read through one interface whatever holds them: a local
- * file (a container, a bare blob, or one .tb of a manifest), or a file on a
- * web server. The format layer and the views read only through it. */
+ * file (a container, a bare blob, or one .tb of a manifest), or a remote
+ * file (a URL of one of the remote schemes: http(s), s3). The format layer
+ * and the views read only through it. */
 #ifndef TBM_SOURCE_H
 #define TBM_SOURCE_H
 
@@ -13,8 +14,8 @@
 #include "tbm/status.h"
 
 /* What makes a source the same file as when it was opened: for a local file
- * its device, inode, size, mtime and ctime; for HTTP its length and the
- * server's validator (ETag, else Last-Modified) in tag. */
+ * its device, inode, size, mtime and ctime; for a remote file its length
+ * and the server's validator (ETag, else Last-Modified) in tag. */
 struct tbm_source_id {
     uint64_t size;
     uint64_t dev, ino;
@@ -44,11 +45,19 @@ struct tbm_source_hold {
     struct tbm_source_piece piece[TBM_SOURCE_PIECES];
 };
 
+/* How a read may go, a request's mode: with TBM_SOURCE_NOWAIT a read that
+ * would wait for a remote source's transfer fails with TBM_ERR_AGAIN
+ * instead, the transfer asked for, so that a thread that serves everything
+ * never waits on a server. 0: it waits. */
+#define TBM_SOURCE_NOWAIT 1u
+
 struct tbm_source_ops {
-    /* Reads up to len bytes at off into buf; *got is short only at the end
-     * of the source. 0, or TBM_ERR_IO / TBM_ERR_NOMEM (TBM_ERR_DENIED: a
-     * store refused the credentials). */
-    int (*read)(struct tbm_source *src, void *buf, size_t len, uint64_t off, size_t *got);
+    /* Reads up to len bytes at off into buf, as mode allows; *got is short
+     * only at the end of the source. 0, or TBM_ERR_IO / TBM_ERR_NOMEM
+     * (TBM_ERR_DENIED: a store refused the credentials; TBM_ERR_AGAIN:
+     * TBM_SOURCE_NOWAIT and the bytes are on their way). */
+    int (*read)(struct tbm_source *src, void *buf, size_t len, uint64_t off, unsigned mode,
+                size_t *got);
     /* The source's identity now (a local file is fstat'ed; a remote one
      * reports what its latest response said). 0 or TBM_ERR_IO. */
     int (*identify)(struct tbm_source *src, struct tbm_source_id *out);
@@ -57,11 +66,12 @@ struct tbm_source_ops {
      * start fetching them alongside others. NULL for a local file. */
     void (*prefetch)(struct tbm_source *src, uint64_t off, size_t len);
     /* Optional: holds the len bytes at off (inside the source) in at most
-     * max pieces, each kept in memory until release. 1 with *n pieces, 0
-     * when the bytes are not all where they can be held (read them
-     * instead), or TBM_ERR_IO / TBM_ERR_NOMEM. NULL for a local file. */
-    int (*hold)(struct tbm_source *src, uint64_t off, size_t len, struct tbm_source_piece *pieces,
-                size_t max, size_t *n);
+     * max pieces, each kept in memory until release, as mode allows. 1
+     * with *n pieces, 0 when the bytes are not all where they can be held
+     * (read them instead), or TBM_ERR_IO / TBM_ERR_NOMEM / TBM_ERR_AGAIN.
+     * NULL for a local file. */
+    int (*hold)(struct tbm_source *src, uint64_t off, size_t len, unsigned mode,
+                struct tbm_source_piece *pieces, size_t max, size_t *n);
     void (*release)(struct tbm_source *src, struct tbm_source_piece *pieces, size_t n);
 };
 
@@ -102,79 +112,89 @@ void tbm_source_detach(struct tbm_source *src, int (*reopen)(void *ctx, const ch
  * after the read, so that bytes of a rewrite in progress are not served). */
 int tbm_source_read_full(struct tbm_source *src, void *buf, size_t len, uint64_t off);
 
-/* Reads of one request, checked once at its end rather than after each:
- * between tbm_source_batch_begin and tbm_source_batch_end on a thread, a
- * tbm_source_read_full does not check the change, and the end checks every
- * source read since the beginning once. Bytes read in a batch may be used
- * only for the reply that the end's answer decides: nothing kept. end
- * returns status, or TBM_ERR_CHANGED (or the check's failure) when a source
- * read changed. */
-void tbm_source_batch_begin(void);
+/* Reads up to len bytes at off, as tbm_source_ops' read, in the mode of the
+ * request under way on this thread (tbm_source_batch_begin), else waiting. */
+int tbm_source_read(struct tbm_source *src, void *buf, size_t len, uint64_t off, size_t *got);
+
+/* Reads of one request, made in its mode and checked once at its end
+ * rather than after each: between tbm_source_batch_begin and
+ * tbm_source_batch_end on a thread, tbm_source_read_full and
+ * tbm_source_read read as mode allows, a tbm_source_read_full does not
+ * check the change, and the end checks every source read since the
+ * beginning once. Bytes read in a batch may be used only for the reply that
+ * the end's answer decides: nothing kept. end returns status, or
+ * TBM_ERR_CHANGED (or the check's failure) when a source read changed. */
+void tbm_source_batch_begin(unsigned mode);
 int tbm_source_batch_end(int status);
 
-/* Reads on this thread that would wait for a remote source's transfer fail
- * with TBM_ERR_AGAIN instead, the transfer asked for, while on: so that a
- * thread that serves everything never waits on a server. */
-void tbm_source_nowait(bool on);
-bool tbm_source_may_wait(void);
-
 /* Holds the len bytes at off (inside the source) where they are in memory,
- * so that they can be handed to the kernel without a copy: 1 with h filled
- * (let it go with tbm_source_release), 0 when the source cannot (read them
- * with tbm_source_read_full), or an error as tbm_source_read_full's, the
- * change checked once the bytes are held. */
-int tbm_source_hold(struct tbm_source *src, uint64_t off, size_t len, struct tbm_source_hold *h);
+ * so that they can be handed to the kernel without a copy, as mode allows:
+ * 1 with h filled (let it go with tbm_source_release), 0 when the source
+ * cannot (read them with tbm_source_read_full), or an error as
+ * tbm_source_read_full's, the change checked once the bytes are held. */
+int tbm_source_hold(struct tbm_source *src, uint64_t off, size_t len, unsigned mode,
+                    struct tbm_source_hold *h);
 
 void tbm_source_release(struct tbm_source_hold *h);
 
 /* 0 while the source is the file it was when opened (device, inode, size,
- * mtime; for HTTP length and validator), else TBM_ERR_CHANGED, from
- * then on for good. One fstat for a local file. */
+ * mtime; for a remote file length and validator), else TBM_ERR_CHANGED,
+ * from then on for good. One fstat for a local file. */
 int tbm_source_verify(struct tbm_source *src);
 
 /* True exactly once after the source changed, for the one log line;
  * describes the change in buf ("size 100 -> 80, mtime"). */
 bool tbm_source_take_report(struct tbm_source *src, char *buf, size_t len);
 
-static inline int tbm_source_read(struct tbm_source *src, void *buf, size_t len, uint64_t off,
-                                  size_t *got)
-{
-    return src->ops->read(src, buf, len, off, got);
-}
+/* How remote sources are read: the options of their transport (the block
+ * cache, request headers, the stall timeout, the CAs to trust) and of each
+ * scheme (s3_endpoint, ...), set by name as -o gives them; each is kept in
+ * the struct of its owner, the transport or a scheme's row. */
+struct tbm_remote_options;
 
-/* How an HTTP(S) or S3 source is read: its block cache's size, extra
- * request headers, how long a transfer may stall before it is retried, the
- * certificate authorities to trust, and where an s3:// object is. */
-struct tbm_http_options {
-    uint64_t cache_size;        /* bytes; at least 2 blocks (TBM_HTTP_CACHE_MIN) */
-    const char *const *headers; /* "Name: value", sent with every request to the source */
-    size_t nheaders;
-    const char *header_file; /* more of them, one a line, or NULL */
-    unsigned timeout;        /* seconds of stall (and of connecting) before a try fails */
-    const char *ca_file;     /* PEM CAs in place of the system's, or NULL */
-    const char *s3_endpoint; /* NULL: the environment's, else AWS */
-    const char *s3_region;   /* NULL: the environment's, else us-east-1 */
+/* An option of remote sources as --help shows it: -o name=arg, and what it
+ * does (help NULL: not documented, for the tests). */
+struct tbm_remote_option {
+    const char *name, *arg, *help;
 };
 
-#define TBM_HTTP_CACHE_DEFAULT (256ull << 20)
-#define TBM_HTTP_CACHE_MIN     (2ull << 20)
-#define TBM_HTTP_TIMEOUT       30u
-/* A read waits for a transfer at most this many times the stall timeout
- * (90 s by default; at least the timeout and 10 s) in all, whatever the
- * server sends. */
-#define TBM_HTTP_DEADLINE_TIMEOUTS 3u
+/* The i-th option of remote sources, the transport's then each scheme's,
+ * or NULL past the last. */
+const struct tbm_remote_option *tbm_remote_option(size_t i);
 
-/* Whether name is an http://, https:// or s3:// URL, which only
- * tbm_source_open_http opens. */
+/* Every option at its default; NULL when out of memory. */
+struct tbm_remote_options *tbm_remote_options_new(void);
+
+/* Sets the i-th option (of tbm_remote_option) to value, a copy of which o
+ * keeps: 0, or -1 with the reason in *why ("must name a file"). */
+int tbm_remote_options_set(struct tbm_remote_options *o, size_t i, const char *value,
+                           const char **why);
+
+void tbm_remote_options_free(struct tbm_remote_options *o);
+
+/* The i-th remote scheme as --help shows it: the form of its URLs
+ * ("s3://BUCKET/KEY") and what they name; false past the last. */
+bool tbm_source_scheme_help(size_t i, const char **form, const char **help);
+
+/* Whether name is the URL of a remote scheme (http://, https://, s3://),
+ * which only tbm_source_open_url opens: the table of schemes says. */
 bool tbm_source_is_url(const char *name);
 
-/* The URL as it may be shown (messages, the mount's source name, files of
- * the tree): without user information ("user:password@"), query string or
- * fragment, where secrets ride; an s3:// URL as given. malloc'ed, or NULL. */
-char *tbm_source_url_display(const char *url);
+/* name as it may be shown (messages, the mount's source name, files of the
+ * tree), as its scheme shows it: an http(s) URL without user information
+ * ("user:password@"), query string or fragment, where secrets ride; an
+ * s3:// URL as given; anything else as given. malloc'ed, or NULL. */
+char *tbm_source_url_display(const char *name);
 
-/* The credentials of S3 sources are read again before their next request
- * (for SIGHUP: async-signal-safe). */
+/* Overwrites with '*', in place, what a command-line argument may carry
+ * as secrets for remote sources, so that ps does not show them: the value
+ * of a header option after its ':' (-o http_header=Name: value), and the
+ * user information and what follows '?' or '#' of a URL of a remote
+ * scheme. */
+void tbm_source_hide_secrets(char *arg);
+
+/* The credentials of remote sources are read again before their next
+ * request (for SIGHUP: async-signal-safe). */
 void tbm_source_credentials_reload(void);
 
 /* The program is stopping (for SIGTERM: async-signal-safe): transfers are
@@ -183,14 +203,14 @@ void tbm_source_credentials_reload(void);
 void tbm_source_stop(void);
 bool tbm_source_stopping(void);
 
-/* Opens the file at url (http://, https://, or s3://, whose requests are
- * signed), which must answer range requests: its tail is fetched at once,
- * the rest on demand through a block cache. On failure returns
- * TBM_ERR_SOURCE (or TBM_ERR_NOMEM) with the reason in why, which names no
- * secret. opts may be NULL for the defaults. The source's name is url as
- * tbm_source_url_display shows it. */
-int tbm_source_open_http(const char *url, const struct tbm_http_options *opts,
-                         struct tbm_source **out, char *why, size_t whylen);
+/* Opens the file at url, the URL of a remote scheme (http://, https://,
+ * or s3://, whose requests are signed), which must answer range requests:
+ * its tail is fetched at once, the rest on demand through a block cache.
+ * On failure returns TBM_ERR_SOURCE (or TBM_ERR_NOMEM) with the reason in
+ * why, which names no secret. opts may be NULL for the defaults. The
+ * source's name is url as tbm_source_url_display shows it. */
+int tbm_source_open_url(const char *url, const struct tbm_remote_options *opts,
+                        struct tbm_source **out, char *why, size_t whylen);
 
 static inline void tbm_source_prefetch(struct tbm_source *src, uint64_t off, size_t len)
 {

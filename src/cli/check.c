@@ -73,8 +73,7 @@ static int check_one(const char *given, struct tbm_open_options *opts)
 
 int tbm_check_run(const struct tbm_cli *cli)
 {
-    struct tbm_http_options http = tbm_cli_http_options(cli);
-    struct tbm_open_options opts = {.http = &http};
+    struct tbm_open_options opts = {.remote = cli->remote};
     int worst = 0;
 
     if (tbm_cli_select_isa(&opts.isa) < 0)

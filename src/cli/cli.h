@@ -23,13 +23,7 @@ struct tbm_cli {
     unsigned max_threads; /* FUSE workers at most */
     bool set_max_threads; /* given: passed on to libfuse as given */
     char *logfile;
-    /* http(s):// sources */
-    uint64_t cache_size;
-    char **http_headers;
-    size_t nheaders;
-    unsigned http_timeout; /* hidden: lets the tests stall a transfer for seconds, not 30 */
-    char *http_header_file, *ca_file;
-    char *s3_endpoint, *s3_region; /* s3:// sources */
+    struct tbm_remote_options *remote; /* for a URL SOURCE: the source layer's own options */
     /* -o uid=, gid=, umask=: in place of the source's owner and modes */
     unsigned uid, gid, umask;
     bool set_uid, set_gid, set_umask;
@@ -46,16 +40,14 @@ int tbm_cli_parse(int argc, char *argv[], struct tbm_cli *cli, struct fuse_args 
 void tbm_cli_free(struct tbm_cli *cli);
 
 /* Overwrites, in the process's own arguments (what ps and /proc/PID/cmdline
- * show), the values of -o http_header and a URL's user information and
- * query string with '*'. Call once argv is parsed: nothing reads it after. */
+ * show), what remote sources' options and URLs carry as secrets with '*'
+ * (tbm_source_hide_secrets). Call once argv is parsed: nothing reads it
+ * after. */
 void tbm_cli_hide_secrets(int argc, char *argv[]);
 
-/* Prints --help: the usage and every documented option, from the one table
- * of options. */
+/* Prints --help: the usage, the remote schemes and every documented option,
+ * from the table of options and the source layer's (tbm_remote_option). */
 void tbm_cli_help(const char *prog);
-
-/* The HTTP options of the command line, pointing into cli. */
-struct tbm_http_options tbm_cli_http_options(const struct tbm_cli *cli);
 
 /* Forces the kernel level of TBMFS_KERNELS; -1 after one line on stderr
  * when the CPU lacks it. */

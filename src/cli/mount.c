@@ -187,8 +187,8 @@ static int serve(struct fuse_args *args, const struct tbm_cli *cli, struct tbm_f
         return 1;
     if (fuse_set_signal_handlers(se) != 0)
         goto out_destroy;
-    /* libfuse's handlers end the session on SIGHUP; ours reads the
-     * credentials of S3 sources again */
+    /* libfuse's handlers end the session on SIGHUP; ours has remote
+     * sources read their credentials again (S3's) */
     struct sigaction hup = {.sa_handler = reload_credentials}, stop = {.sa_handler = stop_sources};
     sigemptyset(&hup.sa_mask);
     sigemptyset(&stop.sa_mask);
@@ -251,8 +251,7 @@ out_destroy:
 
 int tbm_mount_run(const struct tbm_cli *cli, struct fuse_args *args)
 {
-    struct tbm_http_options http = tbm_cli_http_options(cli);
-    struct tbm_open_options open_opts = {.strict = cli->strict, .http = &http};
+    struct tbm_open_options open_opts = {.strict = cli->strict, .remote = cli->remote};
     struct tbm_views_options view_opts = {.selftest_batch = cli->batch};
     struct tbm_model *model = NULL;
     struct tbm_views *views = NULL;

@@ -1,6 +1,7 @@
-/* The command line: one table of options, from which they are parsed and
- * --help is printed (and against which a test checks the README and the man
- * page), and the refusal of anything else. */
+/* The command line: one table of options, with the options of remote
+ * sources (the source layer's, tbm_remote_option) in its place, from which
+ * they are parsed and --help is printed (and against which a test checks the
+ * README and the man page), and the refusal of anything else. */
 #include <errno.h>
 #include <limits.h>
 #include <sched.h>
@@ -46,7 +47,9 @@ static unsigned default_workers(void)
 typedef int (*set_fn)(struct tbm_cli *cli, const char *value, const char *given);
 
 struct option {
-    const char *name; /* "-f", "--check", or the name of an -o option */
+    /* "-f", "--check", or the name of an -o option; NULL: here stand the
+     * options of remote sources */
+    const char *name;
     const char *arg;  /* what its value is, in --help ("N"); NULL for a flag */
     set_fn set;       /* NULL: libfuse's, passed on as given */
     const char *help; /* NULL: not documented (for the tests) */
@@ -128,84 +131,6 @@ static int set_max_threads(struct tbm_cli *cli, const char *value, const char *g
                       &cli->max_threads);
 }
 
-/* A number of bytes with an optional K, M or G (powers of 1024). */
-static int set_cache_size(struct tbm_cli *cli, const char *value, const char *given)
-{
-    char *end;
-
-    if (!value || *value < '0' || *value > '9')
-        goto bad;
-    errno = 0;
-    unsigned long long v = strtoull(value, &end, 10);
-    unsigned shift = 0;
-    if (*end == 'K' || *end == 'k')
-        shift = 10;
-    else if (*end == 'M' || *end == 'm')
-        shift = 20;
-    else if (*end == 'G' || *end == 'g')
-        shift = 30;
-    if (shift)
-        end++;
-    if (errno || *end || v > (UINT64_MAX >> shift) || (v << shift) < TBM_HTTP_CACHE_MIN)
-        goto bad;
-    cli->cache_size = (uint64_t)v << shift;
-    return 0;
-bad:
-    return refuse(given, "must be a number of bytes (K, M, G allowed), at least 2M");
-}
-
-/* One header line, kept for every request. */
-static int set_http_header(struct tbm_cli *cli, const char *value, const char *given)
-{
-    const char *colon = value ? strchr(value, ':') : NULL;
-
-    if (!colon || colon == value || strpbrk(value, "\r\n"))
-        return refuse(given, "must be one header line, \"Name: value\"");
-    char **more = realloc(cli->http_headers, (cli->nheaders + 1) * sizeof(*more));
-    if (!more)
-        return refuse(given, "out of memory");
-    cli->http_headers = more;
-    if (!(more[cli->nheaders] = strdup(value)))
-        return refuse(given, "out of memory");
-    cli->nheaders++;
-    return 0;
-}
-
-static int set_http_timeout(struct tbm_cli *cli, const char *value, const char *given)
-{
-    return parse_uint(value, given, 1, 3600, "must be 1 to 3600 seconds", &cli->http_timeout);
-}
-
-/* A string option given once, kept as given. */
-static int set_string(char **field, const char *value, const char *given, const char *what)
-{
-    if (!value || !*value)
-        return refuse(given, what);
-    free(*field);
-    *field = strdup(value);
-    return *field ? 0 : refuse(given, "out of memory");
-}
-
-static int set_http_header_file(struct tbm_cli *cli, const char *value, const char *given)
-{
-    return set_string(&cli->http_header_file, value, given, "must name a file");
-}
-
-static int set_ca_file(struct tbm_cli *cli, const char *value, const char *given)
-{
-    return set_string(&cli->ca_file, value, given, "must name a PEM file");
-}
-
-static int set_s3_endpoint(struct tbm_cli *cli, const char *value, const char *given)
-{
-    return set_string(&cli->s3_endpoint, value, given, "must be an http:// or https:// URL");
-}
-
-static int set_s3_region(struct tbm_cli *cli, const char *value, const char *given)
-{
-    return set_string(&cli->s3_region, value, given, "must name a region");
-}
-
 static int set_logfile(struct tbm_cli *cli, const char *value, const char *given)
 {
     if (!value || !*value)
@@ -268,25 +193,7 @@ static const struct option options[] = {
     {"uid", "N", set_uid, "owner of every file, in place of the source's"},
     {"gid", "N", set_gid, "group of every file, in place of the source's"},
     {"umask", "NNN", set_umask, "modes 0444 & ~umask (files), 0555 & ~umask (directories)"},
-    {"cache_size", "BYTES", set_cache_size,
-     "HTTP(S) SOURCE: block cache size (default 256M; K, M, G allowed; at least\n"
-     "2M)"},
-    {"http_header", "\"Name: value\"", set_http_header,
-     "HTTP(S) SOURCE: a header sent with every request to SOURCE's own scheme,\n"
-     "host and port (repeatable; a comma in the value is written \\,)"},
-    {"http_header_file", "PATH", set_http_header_file,
-     "the same, one \"Name: value\" a line read from PATH (a token stays out of\n"
-     "ps)"},
-    {"ca_file", "PATH", set_ca_file,
-     "HTTPS or S3 SOURCE: trust the CAs of this PEM file in place of the\n"
-     "system's (S3: else AWS_CA_BUNDLE)"},
-    {"s3_endpoint", "URL", set_s3_endpoint,
-     "S3 SOURCE: an S3-compatible store, path-style (else AWS_ENDPOINT_URL_S3,\n"
-     "AWS_ENDPOINT_URL, else AWS)"},
-    {"s3_region", "REGION", set_s3_region,
-     "S3 SOURCE: the region signed for (else AWS_REGION, AWS_DEFAULT_REGION,\n"
-     "us-east-1)"},
-    {"http_timeout", "SECONDS", set_http_timeout, NULL},
+    {NULL, NULL, NULL, NULL}, /* the options of remote sources */
     {"logfile", "PATH", set_logfile,
      "append every message to PATH (created 0600), each line stamped with the UTC\n"
      "time, in place of stderr and syslog"},
@@ -297,12 +204,40 @@ static const struct option options[] = {
 
 #define NOPTIONS (sizeof(options) / sizeof(options[0]))
 
+static bool named(const char *option, const char *name, size_t len)
+{
+    return option && strncmp(option, name, len) == 0 && option[len] == '\0';
+}
+
 static const struct option *find_option(const char *name, size_t len)
 {
     for (size_t i = 0; i < NOPTIONS; i++)
-        if (strncmp(options[i].name, name, len) == 0 && options[i].name[len] == '\0')
+        if (named(options[i].name, name, len))
             return &options[i];
     return NULL;
+}
+
+/* The place of name among the options of remote sources, or -1. */
+static long find_remote(const char *name, size_t len)
+{
+    const struct tbm_remote_option *o;
+
+    for (size_t i = 0; (o = tbm_remote_option(i)); i++)
+        if (named(o->name, name, len))
+            return (long)i;
+    return -1;
+}
+
+/* Sets the remote option i to value; given is the option as written. */
+static int set_remote(struct tbm_cli *cli, size_t i, const char *value, const char *given)
+{
+    const char *why;
+
+    if (!value) {
+        refuse(given, "needs a value (name=value)");
+        return -1;
+    }
+    return tbm_remote_options_set(cli->remote, i, value, &why) < 0 ? refuse(given, why) : 0;
 }
 
 /* The command line's words: collected here, settled once all are seen
@@ -339,6 +274,12 @@ static int proc(void *data, const char *arg, int key, struct fuse_args *outargs)
     const char *eq = arg[0] == '-' ? NULL : strchr(arg, '=');
     size_t len = eq ? (size_t)(eq - arg) : strlen(arg);
     const struct option *o = find_option(arg, len);
+    long remote = o ? -1 : find_remote(arg, len);
+    if (remote >= 0) {
+        if (set_remote(p->cli, (size_t)remote, eq ? eq + 1 : NULL, arg) < 0)
+            goto fail;
+        return 0;
+    }
     if (!o)
         return 1; /* libfuse says whether it knows it */
     if ((o->arg != NULL) != (eq != NULL)) {
@@ -415,9 +356,12 @@ int tbm_cli_parse(int argc, char *argv[], struct tbm_cli *cli, struct fuse_args 
     *cli = (struct tbm_cli){.batch = TBM_BATCH_DEFAULT,
                             .max_read = MAX_READ_DEFAULT,
                             .max_threads = default_workers(),
-                            .cache_size = TBM_HTTP_CACHE_DEFAULT,
-                            .http_timeout = TBM_HTTP_TIMEOUT};
+                            .remote = tbm_remote_options_new()};
     *args = (struct fuse_args)FUSE_ARGS_INIT(argc, argv);
+    if (!cli->remote) {
+        tbm_log(TBM_LOG_ERROR, "out of memory");
+        goto out;
+    }
     if (fuse_opt_parse(args, &p, NULL, proc) != 0) {
         if (!p.failed)
             tbm_log(TBM_LOG_ERROR, "cannot parse the command line");
@@ -450,13 +394,7 @@ void tbm_cli_free(struct tbm_cli *cli)
     free(cli->sources);
     free(cli->mountpoint);
     free(cli->logfile);
-    for (size_t i = 0; i < cli->nheaders; i++)
-        free(cli->http_headers[i]);
-    free(cli->http_headers);
-    free(cli->http_header_file);
-    free(cli->ca_file);
-    free(cli->s3_endpoint);
-    free(cli->s3_region);
+    tbm_remote_options_free(cli->remote);
     free(cli->fuse.mountpoint);
 }
 
@@ -471,26 +409,39 @@ static void print_help_text(const char *text)
     }
 }
 
+/* One option of --help: its name, its value, its text indented below. */
+static void print_option(const char *name, const char *arg, const char *help)
+{
+    if (name[0] == '-')
+        printf("    %s\n", name);
+    else
+        printf("    -o %s%s%s\n", name, arg ? "=" : "", arg ? arg : "");
+    print_help_text(help);
+}
+
 void tbm_cli_help(const char *prog)
 {
+    const struct tbm_remote_option *r;
+    const char *form, *help;
+
     printf("usage: %s [options] SOURCE MOUNTPOINT\n"
            "       %s --check [options] SOURCE...\n\n"
            "Mounts a Tensorbit model read-only as a tree of tensors. SOURCE is a .tbm\n"
            "container, a directory with manifest.json, a bare .tb file, or the URL of a\n"
-           ".tbm container on a web server (http:// or https://) or in an S3 bucket\n"
-           "(s3://BUCKET/KEY, signed with the AWS credentials of the environment or\n"
-           "~/.aws/credentials; SIGHUP reads them again).\n\n"
-           "options:\n",
+           ".tbm container:\n",
            prog, prog);
+    for (size_t i = 0; tbm_source_scheme_help(i, &form, &help); i++) {
+        printf("    %s\n", form);
+        print_help_text(help);
+    }
+    printf("\noptions:\n");
     for (size_t i = 0; i < NOPTIONS; i++) {
         const struct option *o = &options[i];
-        if (!o->help)
-            continue;
-        if (o->name[0] == '-')
-            printf("    %s\n", o->name);
-        else
-            printf("    -o %s%s%s\n", o->name, o->arg ? "=" : "", o->arg ? o->arg : "");
-        print_help_text(o->help);
+        for (size_t k = 0; !o->name && (r = tbm_remote_option(k)); k++)
+            if (r->help)
+                print_option(r->name, r->arg, r->help);
+        if (o->help)
+            print_option(o->name, o->arg, o->help);
     }
     printf("\n"
            "Other FUSE mount options (see mount.fuse3(8)) are passed on; one that\n"
@@ -502,18 +453,6 @@ void tbm_cli_help(const char *prog)
            "        benchmarks only: no check per read that the source is unchanged\n\n"
            "Here the default -o max_threads is %u.\n",
            default_workers());
-}
-
-struct tbm_http_options tbm_cli_http_options(const struct tbm_cli *cli)
-{
-    return (struct tbm_http_options){.cache_size = cli->cache_size,
-                                     .headers = (const char *const *)cli->http_headers,
-                                     .nheaders = cli->nheaders,
-                                     .header_file = cli->http_header_file,
-                                     .timeout = cli->http_timeout,
-                                     .ca_file = cli->ca_file,
-                                     .s3_endpoint = cli->s3_endpoint,
-                                     .s3_region = cli->s3_region};
 }
 
 int tbm_cli_select_isa(enum tbm_isa *isa)
@@ -534,36 +473,8 @@ int tbm_cli_select_isa(enum tbm_isa *isa)
     return -1;
 }
 
-/* Masks from i on to the end of arg with '*'. */
-static void mask_from(char *arg, size_t i)
-{
-    for (; arg[i]; i++)
-        arg[i] = '*';
-}
-
-/* A URL's user information and query string, where secrets ride. */
-static void hide_url_secrets(char *arg)
-{
-    char *scheme = strstr(arg, "://");
-
-    if (!scheme || !tbm_source_is_url(arg))
-        return;
-    char *host = scheme + 3, *end = host + strcspn(host, "/?#");
-    char *at = memchr(host, '@', (size_t)(end - host));
-    if (at)
-        memset(host, '*', (size_t)(at - host));
-    char *query = strpbrk(end, "?#");
-    if (query)
-        mask_from(query, 1);
-}
-
 void tbm_cli_hide_secrets(int argc, char *argv[])
 {
-    for (int i = 1; i < argc; i++) {
-        char *h = strstr(argv[i], "http_header=");
-        /* a header's value: a token, most often */
-        if (h && (h = strchr(h, ':')))
-            mask_from(h, 1);
-        hide_url_secrets(argv[i]);
-    }
+    for (int i = 1; i < argc; i++)
+        tbm_source_hide_secrets(argv[i]);
 }

@@ -49,7 +49,7 @@ static int open_http(struct tbm_opener *o)
     struct tbm_model *m = o->m;
     char why[512];
 
-    int r = tbm_source_open_http(o->given, o->opts->http, &m->src, why, sizeof(why));
+    int r = tbm_source_open_url(o->given, o->opts->remote, &m->src, why, sizeof(why));
     if (r < 0)
         return tbm_open_fail(o, r, "%s", why);
     m->mtime = m->src->id.mtime;

@@ -317,22 +317,24 @@ static int wait_done(struct tbm_cache *c, const struct timespec *until)
 }
 
 /* The slot of block, filled, with a reference held; called and returns
- * with the lock held. 1 instead of waiting for a slot unless may_wait;
- * TBM_ERR_AGAIN instead of any wait on a thread that may not wait
- * (tbm_source_nowait), the block asked for. A reader gives up at until, or
- * when the program stops, leaving the block to its transfer. */
-static int acquire(struct tbm_cache *c, uint64_t block, bool may_wait, const struct timespec *until,
-                   struct slot **out)
+ * with the lock held. 1 instead of waiting for a slot unless slot_wait;
+ * TBM_ERR_AGAIN instead of any wait with mode TBM_SOURCE_NOWAIT, the block
+ * asked for. A reader gives up at until, or when the program stops,
+ * leaving the block to its transfer. */
+static int acquire(struct tbm_cache *c, uint64_t block, unsigned mode, bool slot_wait,
+                   const struct timespec *until, struct slot **out)
 {
+    bool nowait = mode & TBM_SOURCE_NOWAIT;
+
     for (;;) {
         if (c->stale)
             return TBM_ERR_IO;
         struct slot *s = lookup(c, block);
         if (!s) {
             if (!(s = take_slot(c, false))) {
-                if (!tbm_source_may_wait())
+                if (nowait)
                     return TBM_ERR_AGAIN;
-                if (!may_wait)
+                if (!slot_wait)
                     return 1;
                 c->slot_waiters++;
                 int w = wait_done(c, until);
@@ -350,7 +352,7 @@ static int acquire(struct tbm_cache *c, uint64_t block, bool may_wait, const str
         }
         /* asked for first, so that the thread that may wait finds it on
          * its way or done */
-        if ((s->state == SLOT_QUEUED || s->state == SLOT_LOADING) && !tbm_source_may_wait()) {
+        if ((s->state == SLOT_QUEUED || s->state == SLOT_LOADING) && nowait) {
             start_workers(c);
             return TBM_ERR_AGAIN;
         }
@@ -388,7 +390,8 @@ static void put(struct tbm_cache *c, struct slot *s)
         pthread_cond_broadcast(&c->done);
 }
 
-int tbm_cache_read(struct tbm_cache *c, void *buf, size_t len, uint64_t off, size_t *got)
+int tbm_cache_read(struct tbm_cache *c, void *buf, size_t len, uint64_t off, unsigned mode,
+                   size_t *got)
 {
     struct timespec until = reader_deadline(c);
     size_t done = 0;
@@ -410,7 +413,7 @@ int tbm_cache_read(struct tbm_cache *c, void *buf, size_t len, uint64_t off, siz
     while (done < len) {
         uint64_t pos = off + done, block = pos / TBM_CACHE_BLOCK;
         struct slot *s;
-        if ((r = acquire(c, block, true, &until, &s)) < 0)
+        if ((r = acquire(c, block, mode, true, &until, &s)) < 0)
             goto out;
         read_ahead(c, block);
         size_t in = (size_t)(pos - block * TBM_CACHE_BLOCK);
@@ -429,8 +432,8 @@ out:
     return r;
 }
 
-int tbm_cache_hold(struct tbm_cache *c, uint64_t off, size_t len, struct tbm_source_piece *pieces,
-                   size_t max, size_t *n)
+int tbm_cache_hold(struct tbm_cache *c, uint64_t off, size_t len, unsigned mode,
+                   struct tbm_source_piece *pieces, size_t max, size_t *n)
 {
     struct timespec until = reader_deadline(c);
     size_t done = 0;
@@ -450,7 +453,7 @@ int tbm_cache_hold(struct tbm_cache *c, uint64_t off, size_t len, struct tbm_sou
         /* Only the first block may wait for a slot: readers that each
          * hold a block and wait for another could otherwise hold every
          * slot and wait for ever. */
-        int a = acquire(c, block, *n == 0, &until, &s);
+        int a = acquire(c, block, mode, *n == 0, &until, &s);
         if (a != 0) {
             r = a < 0 ? a : 0;
             break;
@@ -501,15 +504,13 @@ void tbm_cache_invalidate(struct tbm_cache *c)
     pthread_mutex_unlock(&c->lock);
 }
 
-int tbm_cache_new(const struct tbm_cache_fetcher *f, uint64_t size, uint64_t cache_bytes,
-                  unsigned workers, struct tbm_cache **out)
+/* The slots of a cache of a source of size bytes, as many as cache_bytes
+ * holds (at least two), in one mapping, and room for workers threads; on
+ * failure nothing is left allocated. TBM_ERR_NOMEM. */
+static int make_slots(struct tbm_cache *c, uint64_t size, uint64_t cache_bytes, unsigned workers)
 {
-    struct tbm_cache *c = calloc(1, sizeof(*c));
     uint64_t n = cache_bytes / TBM_CACHE_BLOCK;
 
-    *out = NULL;
-    if (!c)
-        return TBM_ERR_NOMEM;
     /* Never more slots than blocks: a small file's cache costs only its size. */
     if (n > size / TBM_CACHE_BLOCK + 1)
         n = size / TBM_CACHE_BLOCK + 1;
@@ -532,6 +533,44 @@ int tbm_cache_new(const struct tbm_cache_fetcher *f, uint64_t size, uint64_t cac
         free(c->slots);
         free(c->buckets);
         free(c->threads);
+        return TBM_ERR_NOMEM;
+    }
+    return 0;
+}
+
+/* Every cache is on the list that a fork stops the threads of. */
+static void enroll(struct tbm_cache *c)
+{
+    pthread_once(&atfork_once, register_atfork);
+    pthread_mutex_lock(&all_lock);
+    c->all_next = all_caches;
+    if (all_caches)
+        all_caches->all_prev = c;
+    all_caches = c;
+    pthread_mutex_unlock(&all_lock);
+}
+
+static void withdraw(struct tbm_cache *c)
+{
+    pthread_mutex_lock(&all_lock);
+    if (c->all_prev)
+        c->all_prev->all_next = c->all_next;
+    else
+        all_caches = c->all_next;
+    if (c->all_next)
+        c->all_next->all_prev = c->all_prev;
+    pthread_mutex_unlock(&all_lock);
+}
+
+int tbm_cache_new(const struct tbm_cache_fetcher *f, uint64_t size, uint64_t cache_bytes,
+                  unsigned workers, struct tbm_cache **out)
+{
+    struct tbm_cache *c = calloc(1, sizeof(*c));
+
+    *out = NULL;
+    if (!c)
+        return TBM_ERR_NOMEM;
+    if (make_slots(c, size, cache_bytes, workers) < 0) {
         free(c);
         return TBM_ERR_NOMEM;
     }
@@ -556,13 +595,7 @@ int tbm_cache_new(const struct tbm_cache_fetcher *f, uint64_t size, uint64_t cac
     pthread_cond_init(&c->done, &monotonic);
     pthread_condattr_destroy(&monotonic);
     pthread_cond_init(&c->work, NULL);
-    pthread_once(&atfork_once, register_atfork);
-    pthread_mutex_lock(&all_lock);
-    c->all_next = all_caches;
-    if (all_caches)
-        all_caches->all_prev = c;
-    all_caches = c;
-    pthread_mutex_unlock(&all_lock);
+    enroll(c);
     *out = c;
     return 0;
 }
@@ -571,14 +604,7 @@ void tbm_cache_free(struct tbm_cache *c)
 {
     if (!c)
         return;
-    pthread_mutex_lock(&all_lock);
-    if (c->all_prev)
-        c->all_prev->all_next = c->all_next;
-    else
-        all_caches = c->all_next;
-    if (c->all_next)
-        c->all_next->all_prev = c->all_prev;
-    pthread_mutex_unlock(&all_lock);
+    withdraw(c);
     stop_workers(c);
     munmap(c->map, c->map_len);
     pthread_mutex_destroy(&c->lock);

@@ -36,10 +36,11 @@ int tbm_cache_new(const struct tbm_cache_fetcher *f, uint64_t size, uint64_t cac
 
 /* Reads up to len bytes at off, short only at the end of the source; reading
  * on from where a reader left off fetches the next blocks ahead of it. 0,
- * or the failed fetch's status (TBM_ERR_IO once the source changed); on a
- * thread that may not wait (tbm_source_nowait), TBM_ERR_AGAIN instead of any
- * wait, the block asked for. */
-int tbm_cache_read(struct tbm_cache *c, void *buf, size_t len, uint64_t off, size_t *got);
+ * or the failed fetch's status (TBM_ERR_IO once the source changed); with
+ * mode TBM_SOURCE_NOWAIT, TBM_ERR_AGAIN instead of any wait, the block
+ * asked for. */
+int tbm_cache_read(struct tbm_cache *c, void *buf, size_t len, uint64_t off, unsigned mode,
+                   size_t *got);
 
 /* Holds the blocks of the len bytes at off (inside the source, len > 0) in
  * at most max pieces, read on from as tbm_cache_read does; none is evicted
@@ -47,8 +48,8 @@ int tbm_cache_read(struct tbm_cache *c, void *buf, size_t len, uint64_t off, siz
  * or a further block would wait for a slot that others hold (read them
  * with tbm_cache_read, which holds one block at a time); TBM_ERR_IO, or
  * TBM_ERR_AGAIN as tbm_cache_read. */
-int tbm_cache_hold(struct tbm_cache *c, uint64_t off, size_t len, struct tbm_source_piece *pieces,
-                   size_t max, size_t *n);
+int tbm_cache_hold(struct tbm_cache *c, uint64_t off, size_t len, unsigned mode,
+                   struct tbm_source_piece *pieces, size_t max, size_t *n);
 
 void tbm_cache_release(struct tbm_cache *c, struct tbm_source_piece *pieces, size_t n);
 

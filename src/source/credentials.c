@@ -1,27 +1,14 @@
 /* The credentials an S3 source signs with, found where the AWS tools look:
- * the environment, then a profile of the shared credentials file. Read
- * again when a store refuses them or on SIGHUP, so that keys that rotate
- * under a long mount are picked up. */
+ * the environment, then a profile of the shared credentials file. s3.c
+ * reads them again when a store refuses them or on SIGHUP, so that keys
+ * that rotate under a long mount are picked up. */
 #include "s3.h"
 
 #include <pwd.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-
-static atomic_uint reloads;
-
-void tbm_source_credentials_reload(void)
-{
-    atomic_fetch_add(&reloads, 1);
-}
-
-unsigned tbm_s3_reload_count(void)
-{
-    return atomic_load(&reloads);
-}
 
 void tbm_s3_credentials_clear(struct tbm_s3_credentials *c)
 {

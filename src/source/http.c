@@ -1,11 +1,12 @@
-/* The HTTP(S) source: a .tbm container on a web server, or an S3 object
- * with every request signed (by libcurl: SigV4), read with range requests,
- * its tail at open and the rest in blocks of the cache; every response is
- * checked against the file as it was at open. Redirects are followed here,
- * hop by hop, so that the source's own headers and credentials go only to
- * its own origin. */
+/* The source of every remote scheme: a .tbm container read over HTTP(S)
+ * with range requests (libcurl), its tail at open, the headers the format
+ * layer hints in hints.c's ranges, the rest in blocks of the cache. Here:
+ * the transport (libcurl's set-up, requests, retries, redirects followed
+ * hop by hop so that the source's own headers and signature go only to its
+ * own origin), the judgement of every answer against the file as it was at
+ * open, and the source's operations. What a scheme changes (where a URL's
+ * bytes are, what signs a request) its row says (scheme.h). */
 #include <curl/curl.h>
-#include <errno.h>
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -14,11 +15,11 @@
 #include <strings.h>
 #include <time.h>
 
+#include "answer.h"
 #include "cache.h"
-#include "reply.h"
-#include "s3.h"
+#include "hints.h"
+#include "scheme.h"
 #include "tbm/log.h"
-#include "tbm/names.h"
 #include "tbm/source.h"
 
 /* The first request asks for this much of the end: the index length, and
@@ -28,16 +29,6 @@
 #define MAX_HOPS  10
 /* An error body is read this far: S3's XML names its code early. */
 #define BODY_MAX 2048
-/* For every GET, signed or not: its body is empty. libcurl signs the value
- * given here as the payload's hash. */
-#define S3_PAYLOAD "x-amz-content-sha256: UNSIGNED-PAYLOAD"
-/* Hinted ranges (the headers of a slice of the index) are fetched together,
- * this many at once, neighbours less than MERGE_GAP apart in one request of
- * at most MERGE_MAX; at most HINTS_MAX bytes of them are held at a time. */
-#define HINT_TRANSFERS 8
-#define MERGE_GAP      (64u << 10)
-#define MERGE_MAX      (1u << 20)
-#define HINTS_MAX      (8u << 20)
 
 /* Transfer threads, each with its own connection: enough to keep a
  * loopback or LAN server busy while readers copy. */
@@ -54,15 +45,9 @@ struct http {
     struct curl_slist *headers;
     long timeout;
     char *ca_file;
-    /* s3:// sources: libcurl's signing parameter ("aws:amz:REGION:s3"),
-     * and the credentials, read again when refused or on SIGHUP */
-    char *sigv4;
-    pthread_mutex_t cred_lock;
-    struct tbm_s3_credentials cred;
-    unsigned cred_version; /* bumped when a reading found other credentials */
-    unsigned reloads_seen; /* tbm_s3_reload_count at the last reading */
-    struct timespec cred_read;
-    char denied_logged[96]; /* the refusal logged last, until a success */
+    const struct tbm_scheme *scheme; /* its row */
+    void *state;                     /* the row's, for its requests */
+    char denied_logged[96];          /* the refusal logged last, until a success */
     struct tbm_validators mount;
     pthread_mutex_t lock; /* latest and changed */
     struct tbm_validators latest;
@@ -71,22 +56,7 @@ struct http {
     unsigned char *tail; /* the bytes of the first answer, from tail_off to the end */
     uint64_t tail_off;
     size_t tail_len;
-    /* Ranges hinted since the last read, fetched by the next read, and what
-     * the last such fetch brought (sorted, apart): a mount reads every
-     * header, and blocks for headers 1 MiB apart would fetch the whole
-     * model. */
-    pthread_mutex_t hint_lock;
-    struct range *hints, *store;
-    size_t nhints, hints_cap, nstore;
-    uint64_t hinted_bytes;
-    CURLM *multi; /* its connections serve the next fetch of hints */
-    CURL *hint_easy[HINT_TRANSFERS];
-};
-
-struct range {
-    uint64_t off;
-    size_t len;
-    unsigned char *data;
+    struct tbm_hints *hints; /* the headers the format layer will read */
 };
 
 /* One request's answer, as the callbacks see it. */
@@ -95,7 +65,7 @@ struct response {
     unsigned char *buf;
     size_t cap, got;
     bool too_long;
-    struct tbm_reply reply;
+    struct tbm_http_answer head; /* what its header says */
     long status;
     const char *location; /* a redirect's target, libcurl's until the next request */
     char body[BODY_MAX];  /* an error's body, cut */
@@ -129,7 +99,7 @@ static size_t header_cb(char *line, size_t size, size_t nitems, void *data)
 {
     struct response *r = data;
 
-    tbm_reply_header(&r->reply, line, size * nitems);
+    tbm_answer_header(&r->head, line, size * nitems);
     return size * nitems;
 }
 
@@ -220,15 +190,6 @@ static CURL *easy_new(struct http *h)
     return e;
 }
 
-static bool add_header(struct curl_slist **list, const char *line)
-{
-    struct curl_slist *l = curl_slist_append(*list, line);
-
-    if (l)
-        *list = l;
-    return l != NULL;
-}
-
 /* Whether URLs a and b have the same scheme, host and port. */
 static bool same_origin(const char *a, const char *b)
 {
@@ -250,70 +211,10 @@ static bool same_origin(const char *a, const char *b)
     return same;
 }
 
-/* Reads the credentials again; called with cred_lock held. */
-static void credentials_read(struct http *h)
-{
-    struct tbm_s3_credentials now;
-    unsigned seen = tbm_s3_reload_count();
-
-    tbm_s3_credentials_load(&now);
-    if (memcmp(&now, &h->cred, sizeof(now)) != 0) {
-        h->cred = now;
-        h->cred_version++;
-    }
-    tbm_s3_credentials_clear(&now);
-    h->reloads_seen = seen;
-    clock_gettime(CLOCK_MONOTONIC, &h->cred_read);
-}
-
-/* After a refusal of a request signed with the credentials of version
- * used: reads them again, unless that was done less than a second ago (a
- * burst of refusals reads the file once). Whether there are others now. */
-static bool credentials_refresh(struct http *h, unsigned used)
-{
-    struct timespec now;
-
-    pthread_mutex_lock(&h->cred_lock);
-    clock_gettime(CLOCK_MONOTONIC, &now);
-    double since = (double)(now.tv_sec - h->cred_read.tv_sec) +
-                   (double)(now.tv_nsec - h->cred_read.tv_nsec) * 1e-9;
-    if (h->cred_version == used && since >= 1.0)
-        credentials_read(h);
-    bool other = h->cred_version != used;
-    pthread_mutex_unlock(&h->cred_lock);
-    return other;
-}
-
-/* libcurl signs with the credentials (and the headers S3 wants beside
- * them), or sends no authorization at all. *version: the credentials'. */
-static bool sign(struct http *h, CURL *easy, struct curl_slist **list, unsigned *version)
-{
-    char token[sizeof(h->cred.token) + 32];
-    bool ok = true;
-
-    pthread_mutex_lock(&h->cred_lock);
-    if (tbm_s3_reload_count() != h->reloads_seen) /* SIGHUP */
-        credentials_read(h);
-    *version = h->cred_version;
-    if (h->cred.key_id[0]) {
-        snprintf(token, sizeof(token), "x-amz-security-token: %s", h->cred.token);
-        ok = curl_easy_setopt(easy, CURLOPT_USERNAME, h->cred.key_id) == CURLE_OK &&
-             curl_easy_setopt(easy, CURLOPT_PASSWORD, h->cred.secret) == CURLE_OK &&
-             curl_easy_setopt(easy, CURLOPT_AWS_SIGV4, h->sigv4) == CURLE_OK &&
-             add_header(list, S3_PAYLOAD) && (!h->cred.token[0] || add_header(list, token));
-        explicit_bzero(token, sizeof(token));
-    } else {
-        ok = curl_easy_setopt(easy, CURLOPT_HTTPAUTH, (long)CURLAUTH_BASIC) == CURLE_OK &&
-             curl_easy_setopt(easy, CURLOPT_USERNAME, NULL) == CURLE_OK &&
-             curl_easy_setopt(easy, CURLOPT_PASSWORD, NULL) == CURLE_OK;
-    }
-    pthread_mutex_unlock(&h->cred_lock);
-    return ok;
-}
-
 /* Points easy at url, with the headers of a request for range: the
- * source's own headers and credentials only when url is of the source's
- * origin. *list is the caller's to free once the request is done. */
+ * source's own headers and its scheme's signature only when url is of the
+ * source's origin. *list is the caller's to free once the request is
+ * done. */
 static int prepare(struct http *h, CURL *easy, const char *url, const char *range,
                    struct curl_slist **list, unsigned *version)
 {
@@ -323,14 +224,16 @@ static int prepare(struct http *h, CURL *easy, const char *url, const char *rang
     *list = NULL;
     *version = 0;
     for (struct curl_slist *l = own ? h->headers : NULL; ok && l; l = l->next)
-        ok = add_header(list, l->data);
-    if (ok && h->sigv4)
-        ok = own ? sign(h, easy, list, version)
-                 : curl_easy_setopt(easy, CURLOPT_HTTPAUTH, (long)CURLAUTH_BASIC) == CURLE_OK &&
-                       curl_easy_setopt(easy, CURLOPT_USERNAME, NULL) == CURLE_OK &&
-                       curl_easy_setopt(easy, CURLOPT_PASSWORD, NULL) == CURLE_OK;
+        ok = tbm_header_add(list, l->data);
+    /* The handle is reused: the last request's credentials are forgotten
+     * first, and a request elsewhere goes with none. */
+    if (ok && h->scheme->sign)
+        ok = curl_easy_setopt(easy, CURLOPT_HTTPAUTH, (long)CURLAUTH_BASIC) == CURLE_OK &&
+             curl_easy_setopt(easy, CURLOPT_USERNAME, NULL) == CURLE_OK &&
+             curl_easy_setopt(easy, CURLOPT_PASSWORD, NULL) == CURLE_OK &&
+             (!own || h->scheme->sign(h->state, easy, list, version) == 0);
     if (ok)
-        ok = add_header(list, range) &&
+        ok = tbm_header_add(list, range) &&
              curl_easy_setopt(easy, CURLOPT_HTTPHEADER, *list) == CURLE_OK;
     if (!ok) {
         curl_easy_setopt(easy, CURLOPT_HTTPHEADER, NULL);
@@ -390,13 +293,48 @@ static const char *status_name(long status)
     }
 }
 
-/* A store's refusal of the credentials: 403, or how AWS says a session
- * token expired. */
-static bool refused(const struct response *r)
+/* What a transfer that failed says, and whether trying again may help. */
+static enum outcome transfer_failed(const struct response *r, CURLcode code, char *why,
+                                    size_t whylen)
 {
-    return r->status == 403 || (r->status == 400 && (strcmp(r->code, "ExpiredToken") == 0 ||
-                                                     strcmp(r->code, "InvalidToken") == 0 ||
-                                                     strcmp(r->code, "TokenRefreshRequired") == 0));
+    snprintf(why, whylen, "%s", r->errbuf[0] ? r->errbuf : curl_easy_strerror(code));
+    /* Trying again changes nothing for these. */
+    bool lasting = code == CURLE_PEER_FAILED_VERIFICATION || code == CURLE_SSL_CACERT_BADFILE ||
+                   code == CURLE_URL_MALFORMAT || code == CURLE_UNSUPPORTED_PROTOCOL ||
+                   code == CURLE_TOO_MANY_REDIRECTS;
+    return lasting ? OUT_FAIL : OUT_RETRY;
+}
+
+/* Judges a partial answer (206): the file it is of, and the range asked
+ * for whole (at open: a suffix of at most len bytes). */
+static enum outcome judge_range(struct http *h, const struct response *r, bool at_open,
+                                uint64_t first, size_t len, char *why, size_t whylen)
+{
+    const struct tbm_http_answer *a = &r->head;
+
+    if (!a->has_range) {
+        snprintf(why, whylen, "HTTP 206 without a usable Content-Range");
+        return OUT_FAIL;
+    }
+    if (!at_open && differs(&h->mount, &a->v, why, whylen))
+        return OUT_CHANGED;
+    if (r->too_long) {
+        snprintf(why, whylen, "a body longer than its Content-Range");
+        return OUT_RETRY;
+    }
+    if (at_open ? a->last != a->v.size - 1 || a->last - a->first >= len
+                : a->first != first || a->last != first + len - 1) {
+        snprintf(why, whylen, "Content-Range bytes %llu-%llu/%llu does not answer the range asked",
+                 (unsigned long long)a->first, (unsigned long long)a->last,
+                 (unsigned long long)a->v.size);
+        return OUT_FAIL;
+    }
+    if (r->got != a->last - a->first + 1) {
+        snprintf(why, whylen, "a body of %zu bytes, shorter than its Content-Range's %llu", r->got,
+                 (unsigned long long)(a->last - a->first + 1));
+        return OUT_RETRY;
+    }
+    return OUT_OK;
 }
 
 /* Judges one answer to a request for len bytes at first (at open: a suffix
@@ -408,18 +346,12 @@ static enum outcome judge(struct http *h, struct response *r, CURLcode code, boo
 
     curl_easy_getinfo(r->easy, CURLINFO_RESPONSE_CODE, &status);
     /* A write error is ours when the body was refused (see write_cb). */
-    if (code != CURLE_OK && !(code == CURLE_WRITE_ERROR && status != 0)) {
-        snprintf(why, whylen, "%s", r->errbuf[0] ? r->errbuf : curl_easy_strerror(code));
-        /* Trying again changes nothing for these. */
-        bool lasting = code == CURLE_PEER_FAILED_VERIFICATION || code == CURLE_SSL_CACERT_BADFILE ||
-                       code == CURLE_URL_MALFORMAT || code == CURLE_UNSUPPORTED_PROTOCOL ||
-                       code == CURLE_TOO_MANY_REDIRECTS;
-        return lasting ? OUT_FAIL : OUT_RETRY;
-    }
+    if (code != CURLE_OK && !(code == CURLE_WRITE_ERROR && status != 0))
+        return transfer_failed(r, code, why, whylen);
     if (status == 200 || status == 206) {
         pthread_mutex_lock(&h->lock);
-        if (r->reply.v.has_size)
-            h->latest = r->reply.v;
+        if (r->head.v.has_size)
+            h->latest = r->head.v;
         pthread_mutex_unlock(&h->lock);
     }
     if (status == 200) {
@@ -435,40 +367,16 @@ static enum outcome judge(struct http *h, struct response *r, CURLcode code, boo
             return OUT_REDIRECT;
         }
     }
-    if (status != 206) {
-        tbm_reply_error_code(r->body, r->body_len, r->code, sizeof(r->code));
-        snprintf(why, whylen, "HTTP %ld%s%s%s%s", status, status_name(status),
-                 r->code[0] ? " (" : "", r->code, r->code[0] ? ")" : "");
-    }
+    if (status == 206)
+        return judge_range(h, r, at_open, first, len, why, whylen);
+    tbm_answer_error_code(r->body, r->body_len, r->code, sizeof(r->code));
+    snprintf(why, whylen, "HTTP %ld%s%s%s%s", status, status_name(status), r->code[0] ? " (" : "",
+             r->code, r->code[0] ? ")" : "");
     if (status == 408 || status == 429 || status >= 500)
         return OUT_RETRY;
-    if (h->sigv4 && refused(r))
+    if (h->scheme->refused && h->scheme->refused(r->status, r->code))
         return OUT_DENIED;
-    if (status != 206)
-        return OUT_FAIL;
-    if (!r->reply.has_range) {
-        snprintf(why, whylen, "HTTP 206 without a usable Content-Range");
-        return OUT_FAIL;
-    }
-    if (!at_open && differs(&h->mount, &r->reply.v, why, whylen))
-        return OUT_CHANGED;
-    if (r->too_long) {
-        snprintf(why, whylen, "a body longer than its Content-Range");
-        return OUT_RETRY;
-    }
-    if (at_open ? r->reply.last != r->reply.v.size - 1 || r->reply.last - r->reply.first >= len
-                : r->reply.first != first || r->reply.last != first + len - 1) {
-        snprintf(why, whylen, "Content-Range bytes %llu-%llu/%llu does not answer the range asked",
-                 (unsigned long long)r->reply.first, (unsigned long long)r->reply.last,
-                 (unsigned long long)r->reply.v.size);
-        return OUT_FAIL;
-    }
-    if (r->got != r->reply.last - r->reply.first + 1) {
-        snprintf(why, whylen, "a body of %zu bytes, shorter than its Content-Range's %llu", r->got,
-                 (unsigned long long)(r->reply.last - r->reply.first + 1));
-        return OUT_RETRY;
-    }
-    return OUT_OK;
+    return OUT_FAIL;
 }
 
 static void back_off(int attempt)
@@ -481,13 +389,66 @@ static void back_off(int attempt)
         ;
 }
 
+/* What a fetch asks for: len bytes at first into buf (at open, the last
+ * len bytes), with its Range header. */
+struct ask {
+    void *buf;
+    size_t len;
+    uint64_t first;
+    bool at_open;
+    char range[80];
+};
+
+/* One request of a fetch, to url, in at most left ms: its answer in r,
+ * judged; *version names the credentials it was signed with. */
+static enum outcome ask_once(struct http *h, CURL *easy, struct response *r, const struct ask *a,
+                             const char *url, long left, unsigned *version, char *why,
+                             size_t whylen)
+{
+    struct curl_slist *list;
+
+    memset(r, 0, sizeof(*r));
+    r->easy = easy;
+    r->buf = a->buf;
+    r->cap = a->len;
+    if (prepare(h, easy, url, a->range, &list, version) < 0)
+        return OUT_NOMEM;
+    enum outcome o = OUT_NOMEM;
+    if (curl_easy_setopt(easy, CURLOPT_HEADERDATA, r) == CURLE_OK &&
+        curl_easy_setopt(easy, CURLOPT_WRITEDATA, r) == CURLE_OK &&
+        curl_easy_setopt(easy, CURLOPT_TIMEOUT_MS, left) == CURLE_OK &&
+        curl_easy_setopt(easy, CURLOPT_ERRORBUFFER, r->errbuf) == CURLE_OK)
+        o = judge(h, r, curl_easy_perform(easy), a->at_open, a->first, a->len, why, whylen);
+    curl_easy_setopt(easy, CURLOPT_HTTPHEADER, NULL);
+    curl_slist_free_all(list);
+    return o;
+}
+
+/* Takes r's redirect as the next target, at most MAX_HOPS of them:
+ * OUT_REDIRECT to go on, or why not. */
+static enum outcome redirect(const struct response *r, char **target, int *hops, char *why,
+                             size_t whylen)
+{
+    free(*target);
+    *target = NULL;
+    if (++*hops > MAX_HOPS) {
+        snprintf(why, whylen, "more than %d redirects", MAX_HOPS);
+        return OUT_FAIL;
+    }
+    if (!(*target = strdup(r->location))) {
+        snprintf(why, whylen, "out of memory");
+        return OUT_NOMEM;
+    }
+    return OUT_REDIRECT;
+}
+
 /* Asks for len bytes at first into buf (at open, range is "-len", a suffix),
  * tried up to TRIES times while failures look passing, following redirects
  * and, once, retrying a refusal with credentials read again. */
 static enum outcome fetch(struct http *h, CURL *easy, struct response *r, void *buf, size_t len,
                           uint64_t first, bool at_open, char *why, size_t whylen)
 {
-    char range[80];
+    struct ask a = {.buf = buf, .len = len, .first = first, .at_open = at_open};
     enum outcome o = OUT_FAIL;
     char *target = NULL; /* a redirect's, else the source's URL */
     bool renewed = false;
@@ -495,13 +456,12 @@ static enum outcome fetch(struct http *h, CURL *easy, struct response *r, void *
     struct timespec start;
 
     if (at_open)
-        snprintf(range, sizeof(range), "Range: bytes=-%zu", len);
+        snprintf(a.range, sizeof(a.range), "Range: bytes=-%zu", len);
     else
-        snprintf(range, sizeof(range), "Range: bytes=%llu-%llu", (unsigned long long)first,
+        snprintf(a.range, sizeof(a.range), "Range: bytes=%llu-%llu", (unsigned long long)first,
                  (unsigned long long)(first + len - 1));
     clock_gettime(CLOCK_MONOTONIC, &start);
     for (int attempt = 0; attempt < TRIES;) {
-        struct curl_slist *list;
         unsigned version;
         long left = deadline_ms(h) - ms_since(&start);
         if (tbm_source_stopping()) {
@@ -514,34 +474,11 @@ static enum outcome fetch(struct http *h, CURL *easy, struct response *r, void *
             o = OUT_FAIL;
             break;
         }
-        memset(r, 0, sizeof(*r));
-        r->easy = easy;
-        r->buf = buf;
-        r->cap = len;
-        if (prepare(h, easy, target ? target : h->url, range, &list, &version) < 0 ||
-            curl_easy_setopt(easy, CURLOPT_HEADERDATA, r) != CURLE_OK ||
-            curl_easy_setopt(easy, CURLOPT_WRITEDATA, r) != CURLE_OK ||
-            curl_easy_setopt(easy, CURLOPT_TIMEOUT_MS, left) != CURLE_OK ||
-            curl_easy_setopt(easy, CURLOPT_ERRORBUFFER, r->errbuf) != CURLE_OK) {
-            curl_slist_free_all(list);
-            o = OUT_NOMEM;
-            break;
-        }
-        CURLcode code = curl_easy_perform(easy);
-        o = judge(h, r, code, at_open, first, len, why, whylen);
-        curl_easy_setopt(easy, CURLOPT_HTTPHEADER, NULL);
-        curl_slist_free_all(list);
-        if (o == OUT_REDIRECT) {
-            free(target);
-            if (++hops > MAX_HOPS || !(target = strdup(r->location))) {
-                snprintf(why, whylen, hops > MAX_HOPS ? "more than %d redirects" : "out of memory",
-                         MAX_HOPS);
-                o = hops > MAX_HOPS ? OUT_FAIL : OUT_NOMEM;
-                break;
-            }
+        o = ask_once(h, easy, r, &a, target ? target : h->url, left, &version, why, whylen);
+        if (o == OUT_REDIRECT && (o = redirect(r, &target, &hops, why, whylen)) == OUT_REDIRECT)
             continue;
-        }
-        if (o == OUT_DENIED && !renewed && credentials_refresh(h, version)) {
+        if (o == OUT_DENIED && !renewed && h->scheme->refresh &&
+            h->scheme->refresh(h->state, version)) {
             renewed = true;
             continue;
         }
@@ -639,213 +576,76 @@ static void http_prefetch(struct tbm_source *src, uint64_t off, size_t len)
 {
     struct http *h = (struct http *)src;
 
-    /* The tail is here already; past HINTS_MAX the reads go to the cache. */
+    /* The tail is here already. */
     if (off >= h->tail_off || len == 0)
         return;
     if (len > h->tail_off - off)
         len = (size_t)(h->tail_off - off);
-    pthread_mutex_lock(&h->hint_lock);
-    if (h->hinted_bytes + len <= HINTS_MAX) {
-        if (h->nhints == h->hints_cap) {
-            size_t cap = h->hints_cap ? 2 * h->hints_cap : 64;
-            struct range *more = realloc(h->hints, cap * sizeof(*more));
-            if (!more)
-                goto out;
-            h->hints = more;
-            h->hints_cap = cap;
-        }
-        h->hints[h->nhints++] = (struct range){off, len, NULL};
-        h->hinted_bytes += len;
-    }
-out:
-    pthread_mutex_unlock(&h->hint_lock);
+    tbm_hints_add(h->hints, off, len);
 }
 
-static int by_offset(const void *a, const void *b)
-{
-    const struct range *x = a, *y = b;
-    return x->off < y->off ? -1 : x->off > y->off;
-}
-
-static void store_clear(struct http *h)
-{
-    for (size_t i = 0; i < h->nstore; i++)
-        free(h->store[i].data);
-    h->nstore = 0;
-}
-
-/* The hints, sorted and merged, become the store's ranges (their data not
- * fetched yet); the hint list starts again. */
-static void hints_merge(struct http *h)
-{
-    qsort(h->hints, h->nhints, sizeof(*h->hints), by_offset);
-    store_clear(h);
-    free(h->store);
-    h->store = h->hints;
-    size_t n = 0;
-    for (size_t i = 0; i < h->nhints; i++) {
-        struct range r = h->hints[i];
-        struct range *last = n ? &h->store[n - 1] : NULL;
-        uint64_t end = last ? last->off + last->len : 0;
-        if (last && r.off <= end + MERGE_GAP && r.off + r.len - last->off <= MERGE_MAX) {
-            if (r.off + r.len > end)
-                last->len = (size_t)(r.off + r.len - last->off);
-            continue;
-        }
-        h->store[n++] = r;
-    }
-    h->nstore = n;
-    h->hints = NULL;
-    h->nhints = h->hints_cap = 0;
-    h->hinted_bytes = 0;
-}
-
-/* A hinted range that is refused, redirected or fails is read later
- * through the cache, which retries and follows. */
-struct hint_transfer {
+/* A hinted range's request. One refused, redirected or failed is read
+ * later through the cache, which retries and follows. */
+struct hint_request {
     struct response r;
     struct curl_slist *list;
-    struct range *range;
+    uint64_t off;
+    size_t len;
 };
 
-static int hint_start(struct http *h, CURL *easy, struct hint_transfer *t, struct range *range)
+static CURL *hint_easy(void *ctx)
 {
+    return easy_new(ctx);
+}
+
+static int hint_start(void *ctx, CURL *easy, uint64_t off, size_t len, void *buf, void **out)
+{
+    struct http *h = ctx;
+    struct hint_request *q = calloc(1, sizeof(*q));
     char header[80];
     unsigned version;
 
-    memset(t, 0, sizeof(*t));
-    if (!(range->data = malloc(range->len)))
+    *out = q;
+    if (!q)
         return TBM_ERR_NOMEM;
-    snprintf(header, sizeof(header), "Range: bytes=%llu-%llu", (unsigned long long)range->off,
-             (unsigned long long)(range->off + range->len - 1));
-    t->range = range;
-    t->r.easy = easy;
-    t->r.buf = range->data;
-    t->r.cap = range->len;
-    if (prepare(h, easy, h->url, header, &t->list, &version) < 0 ||
-        curl_easy_setopt(easy, CURLOPT_HEADERDATA, &t->r) != CURLE_OK ||
-        curl_easy_setopt(easy, CURLOPT_WRITEDATA, &t->r) != CURLE_OK ||
-        curl_easy_setopt(easy, CURLOPT_ERRORBUFFER, t->r.errbuf) != CURLE_OK ||
-        curl_easy_setopt(easy, CURLOPT_PRIVATE, t) != CURLE_OK ||
-        curl_multi_add_handle(h->multi, easy) != CURLM_OK)
-        return TBM_ERR_NOMEM;
+    snprintf(header, sizeof(header), "Range: bytes=%llu-%llu", (unsigned long long)off,
+             (unsigned long long)(off + len - 1));
+    *q = (struct hint_request){.r = {.easy = easy, .buf = buf, .cap = len}, .off = off, .len = len};
+    if (prepare(h, easy, h->url, header, &q->list, &version) < 0)
+        goto fail;
+    if (curl_easy_setopt(easy, CURLOPT_HEADERDATA, &q->r) != CURLE_OK ||
+        curl_easy_setopt(easy, CURLOPT_WRITEDATA, &q->r) != CURLE_OK ||
+        curl_easy_setopt(easy, CURLOPT_ERRORBUFFER, q->r.errbuf) != CURLE_OK) {
+        curl_easy_setopt(easy, CURLOPT_HTTPHEADER, NULL);
+        curl_slist_free_all(q->list);
+        goto fail;
+    }
     return 0;
+fail:
+    free(q);
+    *out = NULL;
+    return TBM_ERR_NOMEM;
 }
 
-/* A range that did not arrive whole is dropped from the store: reading it
- * goes through the cache, with its retries. */
-static void hint_end(struct http *h, struct hint_transfer *t, CURLcode code)
+static bool hint_end(void *ctx, void *req, CURLcode code)
 {
+    struct http *h = ctx;
+    struct hint_request *q = req;
     char why[512];
 
-    curl_multi_remove_handle(h->multi, t->r.easy);
-    curl_easy_setopt(t->r.easy, CURLOPT_HTTPHEADER, NULL);
-    curl_easy_setopt(t->r.easy, CURLOPT_ERRORBUFFER, NULL);
-    curl_slist_free_all(t->list);
-    t->list = NULL;
-    enum outcome o = judge(h, &t->r, code, false, t->range->off, t->range->len, why, sizeof(why));
+    curl_easy_setopt(q->r.easy, CURLOPT_HTTPHEADER, NULL);
+    curl_easy_setopt(q->r.easy, CURLOPT_ERRORBUFFER, NULL);
+    curl_slist_free_all(q->list);
+    enum outcome o = judge(h, &q->r, code, false, q->off, q->len, why, sizeof(why));
     if (o == OUT_CHANGED)
         mark_changed(h, why);
-    if (o != OUT_OK) {
-        free(t->range->data);
-        t->range->data = NULL;
-    }
-    t->range = NULL;
+    free(q);
+    return o == OUT_OK;
 }
 
-/* Fetches the hinted ranges, HINT_TRANSFERS at a time over the multi
- * handle's connections. Called with hint_lock held. */
-static void hints_fetch(struct http *h)
-{
-    struct hint_transfer t[HINT_TRANSFERS] = {0};
-    size_t next = 0;
-    int active = 0;
-
-    hints_merge(h);
-    if (!h->multi && !(h->multi = curl_multi_init()))
-        return;
-    for (;;) {
-        for (int k = 0; k < HINT_TRANSFERS && next < h->nstore; k++) {
-            if (t[k].range)
-                continue;
-            if (!h->hint_easy[k] && !(h->hint_easy[k] = easy_new(h)))
-                break;
-            if (hint_start(h, h->hint_easy[k], &t[k], &h->store[next++]) < 0) {
-                curl_slist_free_all(t[k].list);
-                free(h->store[next - 1].data);
-                h->store[next - 1].data = NULL;
-                memset(&t[k], 0, sizeof(t[k]));
-                continue;
-            }
-            active++;
-        }
-        if (active == 0)
-            break;
-        int running, left;
-        if (curl_multi_perform(h->multi, &running) != CURLM_OK)
-            break;
-        CURLMsg *msg;
-        while ((msg = curl_multi_info_read(h->multi, &left))) {
-            struct hint_transfer *done = NULL;
-            if (msg->msg != CURLMSG_DONE)
-                continue;
-            curl_easy_getinfo(msg->easy_handle, CURLINFO_PRIVATE, (char **)&done);
-            hint_end(h, done, msg->data.result);
-            active--;
-        }
-        if (active > 0)
-            curl_multi_poll(h->multi, NULL, 0, 1000, NULL);
-    }
-    for (int k = 0; k < HINT_TRANSFERS; k++) /* after a multi failure */
-        if (t[k].range)
-            hint_end(h, &t[k], CURLE_RECV_ERROR);
-}
-
-/* The index of the first range of the store that ends past off (nstore
- * when none does). */
-static size_t store_after(const struct http *h, uint64_t off)
-{
-    size_t lo = 0, hi = h->nstore;
-
-    while (lo < hi) {
-        size_t mid = lo + (hi - lo) / 2;
-        if (h->store[mid].off + h->store[mid].len <= off)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    return lo;
-}
-
-/* Copies what the store holds of the len bytes at off into buf: the bytes
- * from off to the end of the fetched range holding off, or 0 bytes and in
- * *next where the next range starts (UINT64_MAX when none does). */
-static size_t from_store(struct http *h, void *buf, size_t len, uint64_t off, uint64_t *next)
-{
-    size_t n = 0;
-
-    *next = UINT64_MAX;
-    pthread_mutex_lock(&h->hint_lock);
-    if (h->nhints)
-        hints_fetch(h);
-    size_t lo = store_after(h, off);
-    struct range *r = lo < h->nstore ? &h->store[lo] : NULL;
-    if (r && r->data && off >= r->off) {
-        n = r->len - (size_t)(off - r->off) < len ? r->len - (size_t)(off - r->off) : len;
-        memcpy(buf, r->data + (off - r->off), n);
-    } else {
-        for (size_t i = lo; i < h->nstore; i++)
-            if (h->store[i].off > off && h->store[i].data) {
-                *next = h->store[i].off;
-                break;
-            }
-    }
-    pthread_mutex_unlock(&h->hint_lock);
-    return n;
-}
-
-/* The tail, the store of hinted ranges and the cache each serve their part. */
-static int http_read(struct tbm_source *src, void *buf, size_t len, uint64_t off, size_t *got)
+/* The tail, the hinted ranges and the cache each serve their part. */
+static int http_read(struct tbm_source *src, void *buf, size_t len, uint64_t off, unsigned mode,
+                     size_t *got)
 {
     struct http *h = (struct http *)src;
     uint64_t size = h->src.id.size, next;
@@ -866,13 +666,13 @@ static int http_read(struct tbm_source *src, void *buf, size_t len, uint64_t off
             done += n;
             continue;
         }
-        if ((n = from_store(h, dst, want, pos, &next)) > 0) {
+        if ((n = tbm_hints_read(h->hints, dst, want, pos, &next)) > 0) {
             done += n;
             continue;
         }
         uint64_t stop = next < h->tail_off ? next : h->tail_off;
         size_t part = stop - pos < want ? (size_t)(stop - pos) : want;
-        int r = tbm_cache_read(h->cache, dst, part, pos, &n);
+        int r = tbm_cache_read(h->cache, dst, part, pos, mode, &n);
         if (r < 0)
             return r;
         done += n;
@@ -885,25 +685,10 @@ static int http_read(struct tbm_source *src, void *buf, size_t len, uint64_t off
     return 0;
 }
 
-/* Whether the hinted ranges, waiting or fetched, may hold any of the len
- * bytes at off: the next read fetches those waiting, and serves what they
- * brought. */
-static bool in_store(struct http *h, uint64_t off, size_t len)
-{
-    bool in;
-
-    pthread_mutex_lock(&h->hint_lock);
-    in = h->nhints > 0;
-    for (size_t i = store_after(h, off); i < h->nstore && !in && h->store[i].off < off + len; i++)
-        in = h->store[i].data != NULL;
-    pthread_mutex_unlock(&h->hint_lock);
-    return in;
-}
-
 /* Only the cache's blocks are held: the tail and the hinted ranges are
- * headers and the index, copied (and a store of hinted ranges is replaced
- * by the next fetch of hints). */
-static int http_hold(struct tbm_source *src, uint64_t off, size_t len,
+ * headers and the index, copied (and the hinted ranges fetched are
+ * replaced by the next fetch of hints). */
+static int http_hold(struct tbm_source *src, uint64_t off, size_t len, unsigned mode,
                      struct tbm_source_piece *pieces, size_t max, size_t *n)
 {
     struct http *h = (struct http *)src;
@@ -911,9 +696,9 @@ static int http_hold(struct tbm_source *src, uint64_t off, size_t len,
     *n = 0;
     if (has_changed(h))
         return TBM_ERR_IO;
-    if (off + len > h->tail_off || in_store(h, off, len))
+    if (off + len > h->tail_off || tbm_hints_cover(h->hints, off, len))
         return 0;
-    int r = tbm_cache_hold(h->cache, off, len, pieces, max, n);
+    int r = tbm_cache_hold(h->cache, off, len, mode, pieces, max, n);
     /* as http_read: nothing is served once a response showed the change */
     if (r > 0 && has_changed(h)) {
         tbm_cache_release(h->cache, pieces, *n);
@@ -947,22 +732,15 @@ static void http_close(struct tbm_source *src)
     struct http *h = (struct http *)src;
 
     tbm_cache_free(h->cache);
-    for (int k = 0; k < HINT_TRANSFERS; k++)
-        curl_easy_cleanup(h->hint_easy[k]);
-    curl_multi_cleanup(h->multi);
-    store_clear(h);
-    free(h->store);
-    free(h->hints);
+    tbm_hints_free(h->hints);
     curl_slist_free_all(h->headers);
-    tbm_s3_credentials_clear(&h->cred);
+    if (h->scheme && h->scheme->close)
+        h->scheme->close(h->state);
     pthread_mutex_destroy(&h->lock);
-    pthread_mutex_destroy(&h->hint_lock);
-    pthread_mutex_destroy(&h->cred_lock);
     free(h->tail);
     free(h->src.name);
     free(h->url);
     free(h->ca_file);
-    free(h->sigv4);
     free(h);
 }
 
@@ -975,104 +753,76 @@ static const struct tbm_source_ops http_ops = {
     .release = http_release,
 };
 
-bool tbm_source_is_url(const char *name)
+/* Where the scheme of url has its bytes, and what it keeps for the
+ * requests. */
+static int open_scheme(struct http *h, const char *url, const struct tbm_remote_options *opts,
+                       char *why, size_t whylen)
 {
-    return strncasecmp(name, "http://", 7) == 0 || strncasecmp(name, "https://", 8) == 0 ||
-           tbm_s3_is_url(name);
-}
+    struct tbm_scheme_target t = {0};
+    int r;
 
-char *tbm_source_url_display(const char *url)
-{
-    const char *scheme = strstr(url, "://");
-
-    /* an s3:// key may hold '?', '#' or '@' as any other byte */
-    if (!scheme || tbm_s3_is_url(url))
-        return strdup(url);
-    const char *host = scheme + 3;
-    size_t authority = strcspn(host, "/?#");
-    const char *at = memrchr(host, '@', authority);
-    if (at)
-        host = at + 1;
-    size_t path = strcspn(host, "?#");
-    bool query = host[path] != '\0';
-    char *out = malloc((size_t)(scheme + 3 - url) + path + sizeof("?\u2026"));
-    if (out)
-        sprintf(out, "%.*s%.*s%s", (int)(scheme + 3 - url), url, (int)path, host,
-                query ? "?\u2026" : "");
-    return out;
-}
-
-/* -o http_header_file: "Name: value" a line; blank lines and lines that
- * begin with '#' are skipped. A line is never quoted: it may be a secret. */
-static int read_header_file(struct http *h, const char *path, char *why, size_t whylen)
-{
-    FILE *f = fopen(path, "re");
-    char line[8192];
-    int status = 0;
-    unsigned n = 0;
-
-    if (!f) {
-        snprintf(why, whylen, "%s: %s", path, strerror(errno));
+    if (!(h->scheme = tbm_scheme_of(url))) {
+        snprintf(why, whylen, "not a URL tbmfs reads");
         return TBM_ERR_SOURCE;
     }
-    while (status == 0 && fgets(line, sizeof(line), f)) {
-        size_t len = strlen(line);
-        n++;
-        while (len > 0 && (line[len - 1] == '\n' || line[len - 1] == '\r'))
-            line[--len] = '\0';
-        if (len == 0 || line[0] == '#')
-            continue;
-        const char *colon = strchr(line, ':');
-        bool control = false;
-        for (size_t i = 0; i < len; i++)
-            control |= (unsigned char)line[i] < 0x20 && line[i] != '\t';
-        if (!colon || colon == line || control || len == sizeof(line) - 1) {
-            snprintf(why, whylen, "%s: line %u: not one header line \"Name: value\"", path, n);
-            status = TBM_ERR_SOURCE;
-        } else if (!add_header(&h->headers, line)) {
-            status = TBM_ERR_NOMEM;
-        }
+    if (h->scheme->open)
+        r = h->scheme->open(url, tbm_scheme_options(opts, h->scheme), &t, why, whylen);
+    else
+        r = (t.url = strdup(url)) ? 0 : TBM_ERR_NOMEM;
+    h->url = t.url;
+    h->state = t.state;
+    if (!h->ca_file) {
+        h->ca_file = t.ca_file;
+        t.ca_file = NULL;
     }
-    explicit_bzero(line, sizeof(line));
-    fclose(f);
-    return status;
-}
-
-/* What an s3:// source needs beside an http one: the object's URL, the
- * signing parameter, the credentials, and AWS_CA_BUNDLE. */
-static int s3_setup(struct http *h, const char *url, const struct tbm_http_options *opts, char *why,
-                    size_t whylen)
-{
-    char *region;
-    int r = tbm_s3_locate(url, opts->s3_endpoint, opts->s3_region, &h->url, &region, why, whylen);
-
-    if (r < 0)
-        return r;
-    r = asprintf(&h->sigv4, "aws:amz:%s:s3", region) < 0 ? TBM_ERR_NOMEM : 0;
-    if (r < 0)
-        h->sigv4 = NULL;
-    free(region);
-    const char *bundle = getenv("AWS_CA_BUNDLE");
-    if (r == 0 && !h->ca_file && bundle && *bundle && !(h->ca_file = strdup(bundle)))
-        r = TBM_ERR_NOMEM;
-    pthread_mutex_lock(&h->cred_lock);
-    credentials_read(h);
-    pthread_mutex_unlock(&h->cred_lock);
+    free(t.ca_file);
     return r;
 }
 
-int tbm_source_open_http(const char *url, const struct tbm_http_options *opts,
-                         struct tbm_source **out, char *why, size_t whylen)
+/* The tail of the first answer, and the file as it was then: its length,
+ * validator and mtime (the server's Last-Modified, else now). */
+static void take_tail(struct http *h, const struct response *r)
 {
-    const struct tbm_http_options defaults = {.cache_size = TBM_HTTP_CACHE_DEFAULT,
-                                              .timeout = TBM_HTTP_TIMEOUT};
+    h->mount = r->head.v;
+    h->latest = r->head.v;
+    h->tail_off = r->head.first;
+    h->tail_len = r->got;
+    h->src.id.size = r->head.v.size;
+    snprintf(h->src.id.tag, sizeof(h->src.id.tag), "%s",
+             r->head.v.etag[0] ? r->head.v.etag : r->head.v.last_modified);
+    time_t lm = r->head.v.last_modified[0] ? curl_getdate(r->head.v.last_modified, NULL) : -1;
+    h->src.id.mtime.tv_sec = lm >= 0 ? lm : time(NULL);
+}
+
+/* The cache of the blocks, and the hinted ranges: both fetch through h. */
+static int make_stores(struct http *h, uint64_t cache_size)
+{
+    /* a reader may wait behind another's transfer: as long as its own */
+    struct tbm_cache_fetcher f = {.ctx = h,
+                                  .worker_new = worker_new,
+                                  .worker_free = worker_free,
+                                  .fetch = fetch_block,
+                                  .wait_limit = (unsigned)(deadline_ms(h) / 1000)};
+    struct tbm_hints_fetcher hf = {
+        .ctx = h, .easy_new = hint_easy, .start = hint_start, .end = hint_end};
+
+    if (tbm_cache_new(&f, h->src.id.size, cache_size ? cache_size : TBM_HTTP_CACHE_DEFAULT, WORKERS,
+                      &h->cache) < 0 ||
+        tbm_hints_new(&hf, &h->hints) < 0)
+        return TBM_ERR_NOMEM;
+    return 0;
+}
+
+int tbm_source_open_url(const char *url, const struct tbm_remote_options *opts,
+                        struct tbm_source **out, char *why, size_t whylen)
+{
+    const struct tbm_http_options *t = tbm_http_options_of(opts);
     struct response r;
     CURL *easy = NULL;
     int status = TBM_ERR_NOMEM;
 
     *out = NULL;
     snprintf(why, whylen, "out of memory");
-    opts = opts ? opts : &defaults;
     pthread_once(&curl_once, curl_init);
     if (curl_init_status != CURLE_OK) {
         snprintf(why, whylen, "libcurl: %s", curl_easy_strerror(curl_init_status));
@@ -1082,25 +832,14 @@ int tbm_source_open_http(const char *url, const struct tbm_http_options *opts,
     if (!h)
         return TBM_ERR_NOMEM;
     pthread_mutex_init(&h->lock, NULL);
-    pthread_mutex_init(&h->hint_lock, NULL);
-    pthread_mutex_init(&h->cred_lock, NULL);
     h->src.ops = &http_ops;
     h->src.fd = -1; /* nothing to splice from: views read into a buffer */
-    h->timeout = opts->timeout ? (long)opts->timeout : (long)TBM_HTTP_TIMEOUT;
+    h->timeout = t->timeout ? (long)t->timeout : (long)TBM_HTTP_TIMEOUT;
     if (!(h->src.name = tbm_source_url_display(url)) || !(h->tail = malloc(TAIL_SIZE)) ||
-        (opts->ca_file && !(h->ca_file = strdup(opts->ca_file))))
+        (t->ca_file && !(h->ca_file = strdup(t->ca_file))))
         goto fail;
-    if (tbm_s3_is_url(url)) {
-        if ((status = s3_setup(h, url, opts, why, whylen)) < 0)
-            goto fail;
-        status = TBM_ERR_NOMEM;
-    } else if (!(h->url = strdup(url))) {
-        goto fail;
-    }
-    for (size_t i = 0; i < opts->nheaders; i++)
-        if (!add_header(&h->headers, opts->headers[i]))
-            goto fail;
-    if (opts->header_file && (status = read_header_file(h, opts->header_file, why, whylen)) < 0)
+    if ((status = open_scheme(h, url, opts, why, whylen)) < 0 ||
+        (status = tbm_http_headers(t, &h->headers, why, whylen)) < 0)
         goto fail;
     status = TBM_ERR_NOMEM;
     if (!(easy = easy_new(h)))
@@ -1115,23 +854,8 @@ int tbm_source_open_http(const char *url, const struct tbm_http_options *opts,
         status = TBM_ERR_SOURCE;
         goto fail;
     }
-    h->mount = r.reply.v;
-    h->latest = r.reply.v;
-    h->tail_off = r.reply.first;
-    h->tail_len = r.got;
-    h->src.id.size = r.reply.v.size;
-    snprintf(h->src.id.tag, sizeof(h->src.id.tag), "%s",
-             r.reply.v.etag[0] ? r.reply.v.etag : r.reply.v.last_modified);
-    time_t lm = r.reply.v.last_modified[0] ? curl_getdate(r.reply.v.last_modified, NULL) : -1;
-    h->src.id.mtime.tv_sec = lm >= 0 ? lm : time(NULL);
-    /* a reader may wait behind another's transfer: as long as its own */
-    struct tbm_cache_fetcher f = {.ctx = h,
-                                  .worker_new = worker_new,
-                                  .worker_free = worker_free,
-                                  .fetch = fetch_block,
-                                  .wait_limit = (unsigned)(deadline_ms(h) / 1000)};
-    uint64_t cache = opts->cache_size ? opts->cache_size : TBM_HTTP_CACHE_DEFAULT;
-    if (tbm_cache_new(&f, r.reply.v.size, cache, WORKERS, &h->cache) < 0) {
+    take_tail(h, &r);
+    if (make_stores(h, t->cache_size) < 0) {
         snprintf(why, whylen, "out of memory");
         goto fail;
     }

@@ -1,19 +1,25 @@
-/* Where an s3:// source's object is: the endpoint (a store's own, addressed
- * path-style, or AWS's virtual-hosted one), the region its requests are
- * signed for, and the key percent-encoded as SigV4's canonical URI has it. */
+/* The s3:// row of the table of schemes: where an object is (the endpoint,
+ * a store's own addressed path-style or AWS's virtual-hosted one, the
+ * region its requests are signed for, the key percent-encoded as SigV4's
+ * canonical URI has it), its requests signed by libcurl (SigV4) with the
+ * credentials of credentials.c, read again when a store refuses them or on
+ * SIGHUP. */
 #include "s3.h"
 
+#include <pthread.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <time.h>
+
+#include "scheme.h"
 
 #define S3_SCHEME "s3://"
-
-bool tbm_s3_is_url(const char *name)
-{
-    return strncasecmp(name, S3_SCHEME, strlen(S3_SCHEME)) == 0;
-}
+/* For every GET, signed or not: its body is empty. libcurl signs the value
+ * given here as the payload's hash. */
+#define S3_PAYLOAD "x-amz-content-sha256: UNSIGNED-PAYLOAD"
 
 static const char *env_first(const char *a, const char *b)
 {
@@ -88,8 +94,7 @@ int tbm_s3_locate(const char *s3url, const char *endpoint, const char *region, c
             snprintf(why, whylen, "the region must be letters, digits and '-'");
             return TBM_ERR_SOURCE;
         }
-    if (endpoint && strncasecmp(endpoint, "http://", 7) != 0 &&
-        strncasecmp(endpoint, "https://", 8) != 0) {
+    if (endpoint && !tbm_scheme_is_http(endpoint)) {
         snprintf(why, whylen, "the S3 endpoint must be an http:// or https:// URL");
         return TBM_ERR_SOURCE;
     }
@@ -112,3 +117,167 @@ int tbm_s3_locate(const char *s3url, const char *endpoint, const char *region, c
     *url = u;
     return 0;
 }
+
+/* The options of s3:// sources, NULL unless given: then the environment's,
+ * else AWS's. */
+struct s3_options {
+    const char *endpoint; /* -o s3_endpoint */
+    const char *region;   /* -o s3_region */
+};
+
+/* What an s3:// source keeps for its requests: libcurl's signing parameter
+ * ("aws:amz:REGION:s3") and the credentials, read again when refused or on
+ * SIGHUP. */
+struct s3 {
+    char *sigv4;
+    pthread_mutex_t lock;
+    struct tbm_s3_credentials cred;
+    unsigned version;      /* bumped when a reading found other credentials */
+    unsigned reloads_seen; /* tbm_scheme_reloads at the last reading */
+    struct timespec read_at;
+};
+
+/* Reads the credentials again; called with the lock held. */
+static void credentials_read(struct s3 *s)
+{
+    struct tbm_s3_credentials now;
+    unsigned seen = tbm_scheme_reloads();
+
+    tbm_s3_credentials_load(&now);
+    if (memcmp(&now, &s->cred, sizeof(now)) != 0) {
+        s->cred = now;
+        s->version++;
+    }
+    tbm_s3_credentials_clear(&now);
+    s->reloads_seen = seen;
+    clock_gettime(CLOCK_MONOTONIC, &s->read_at);
+}
+
+static void s3_close(void *state)
+{
+    struct s3 *s = state;
+
+    if (!s)
+        return;
+    tbm_s3_credentials_clear(&s->cred);
+    pthread_mutex_destroy(&s->lock);
+    free(s->sigv4);
+    free(s);
+}
+
+/* The object's URL, the signing parameter, the credentials, and
+ * AWS_CA_BUNDLE. */
+static int s3_open(const char *name, const void *options, struct tbm_scheme_target *out, char *why,
+                   size_t whylen)
+{
+    const struct s3_options *o = options;
+    struct s3 *s = calloc(1, sizeof(*s));
+    char *region = NULL;
+    int r = TBM_ERR_NOMEM;
+
+    if (!s)
+        return r;
+    pthread_mutex_init(&s->lock, NULL);
+    out->state = s;
+    if ((r = tbm_s3_locate(name, o ? o->endpoint : NULL, o ? o->region : NULL, &out->url, &region,
+                           why, whylen)) < 0)
+        return r;
+    r = asprintf(&s->sigv4, "aws:amz:%s:s3", region) < 0 ? TBM_ERR_NOMEM : 0;
+    if (r < 0)
+        s->sigv4 = NULL;
+    free(region);
+    const char *bundle = getenv("AWS_CA_BUNDLE");
+    if (r == 0 && bundle && *bundle && !(out->ca_file = strdup(bundle)))
+        r = TBM_ERR_NOMEM;
+    pthread_mutex_lock(&s->lock);
+    credentials_read(s);
+    pthread_mutex_unlock(&s->lock);
+    return r;
+}
+
+/* libcurl signs with the credentials, beside the headers S3 wants; with
+ * none, the request goes unsigned. */
+static int s3_sign(void *state, CURL *easy, struct curl_slist **headers, unsigned *version)
+{
+    struct s3 *s = state;
+    char token[sizeof(s->cred.token) + 32];
+    bool ok = true;
+
+    pthread_mutex_lock(&s->lock);
+    if (tbm_scheme_reloads() != s->reloads_seen) /* SIGHUP */
+        credentials_read(s);
+    *version = s->version;
+    if (s->cred.key_id[0]) {
+        snprintf(token, sizeof(token), "x-amz-security-token: %s", s->cred.token);
+        ok = curl_easy_setopt(easy, CURLOPT_USERNAME, s->cred.key_id) == CURLE_OK &&
+             curl_easy_setopt(easy, CURLOPT_PASSWORD, s->cred.secret) == CURLE_OK &&
+             curl_easy_setopt(easy, CURLOPT_AWS_SIGV4, s->sigv4) == CURLE_OK &&
+             tbm_header_add(headers, S3_PAYLOAD) &&
+             (!s->cred.token[0] || tbm_header_add(headers, token));
+        explicit_bzero(token, sizeof(token));
+    }
+    pthread_mutex_unlock(&s->lock);
+    return ok ? 0 : TBM_ERR_NOMEM;
+}
+
+/* 403, or how AWS says a session token expired. */
+static bool s3_refused(long status, const char *code)
+{
+    return status == 403 || (status == 400 && (strcmp(code, "ExpiredToken") == 0 ||
+                                               strcmp(code, "InvalidToken") == 0 ||
+                                               strcmp(code, "TokenRefreshRequired") == 0));
+}
+
+/* Not again if that was done less than a second ago: a burst of refusals
+ * reads the file once. */
+static bool s3_refresh(void *state, unsigned used)
+{
+    struct s3 *s = state;
+    struct timespec now;
+
+    pthread_mutex_lock(&s->lock);
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    double since = (double)(now.tv_sec - s->read_at.tv_sec) +
+                   (double)(now.tv_nsec - s->read_at.tv_nsec) * 1e-9;
+    if (s->version == used && since >= 1.0)
+        credentials_read(s);
+    bool other = s->version != used;
+    pthread_mutex_unlock(&s->lock);
+    return other;
+}
+
+/* As given: a key may hold '?', '#' or '@' as any other byte, and an
+ * s3:// URL carries no secret. */
+static char *s3_display(const char *name)
+{
+    return strdup(name);
+}
+
+static const struct tbm_option_row options[] = {
+    {.shown = {"s3_endpoint", "URL",
+               "S3 SOURCE: an S3-compatible store, path-style (else AWS_ENDPOINT_URL_S3,\n"
+               "AWS_ENDPOINT_URL, else AWS)"},
+     .field = offsetof(struct s3_options, endpoint),
+     .empty = "must be an http:// or https:// URL"},
+    {.shown = {"s3_region", "REGION",
+               "S3 SOURCE: the region signed for (else AWS_REGION, AWS_DEFAULT_REGION,\n"
+               "us-east-1)"},
+     .field = offsetof(struct s3_options, region),
+     .empty = "must name a region"},
+};
+
+const struct tbm_scheme tbm_scheme_s3 = {
+    .prefix = {S3_SCHEME},
+    .form = "s3://BUCKET/KEY",
+    .help = "in an S3 bucket, signed with the AWS credentials of the environment or\n"
+            "~/.aws/credentials; SIGHUP reads them again",
+    .options = options,
+    .noptions = sizeof(options) / sizeof(options[0]),
+    .options_size = sizeof(struct s3_options),
+    .open = s3_open,
+    .sign = s3_sign,
+    .refused = s3_refused,
+    .refresh = s3_refresh,
+    .close = s3_close,
+    .display = s3_display,
+};

@@ -1,6 +1,7 @@
 /* S3 sources (not installed): where an s3:// URL's object is, and the
- * credentials its requests are signed with. The HTTP source does the
- * requests; libcurl signs them. */
+ * credentials its requests are signed with; the row of the table of
+ * schemes is tbm_scheme_s3 (s3.c). The HTTP source does the requests;
+ * libcurl signs them. */
 #ifndef TBM_SOURCE_S3_H
 #define TBM_SOURCE_S3_H
 
@@ -8,9 +9,6 @@
 #include <stddef.h>
 
 #include "tbm/source.h"
-
-/* Whether name starts with s3:// (any case). */
-bool tbm_s3_is_url(const char *name);
 
 /* The http(s) URL of the object of s3url ("s3://BUCKET/KEY") and the region
  * to sign for, from the options (NULL when not given) and the environment
@@ -39,9 +37,5 @@ void tbm_s3_credentials_load(struct tbm_s3_credentials *out);
 
 /* Wipes c (its secrets do not linger in freed or reused memory). */
 void tbm_s3_credentials_clear(struct tbm_s3_credentials *c);
-
-/* How many times tbm_source_credentials_reload was called: a source that
- * saw another count reads its credentials again. */
-unsigned tbm_s3_reload_count(void);
 
 #endif

@@ -1,4 +1,7 @@
-/* What every source shares, built on its operations (struct tbm_source_ops). */
+/* What every source shares, built on its operations (tbm_source_ops): the
+ * check that it is still the file it was, the batch of one request's reads
+ * with the request's mode, holds of its bytes, and the stop of every
+ * transfer. */
 #include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
@@ -74,13 +77,15 @@ bool tbm_source_take_report(struct tbm_source *src, char *buf, size_t len)
 
 static __thread struct {
     bool on;
+    unsigned mode; /* the request's */
     size_t n;
     struct tbm_source *src[BATCH_MAX];
 } batch;
 
-void tbm_source_batch_begin(void)
+void tbm_source_batch_begin(unsigned mode)
 {
     batch.on = true;
+    batch.mode = mode;
     batch.n = 0;
 }
 
@@ -89,6 +94,7 @@ int tbm_source_batch_end(int status)
     int r = status;
 
     batch.on = false;
+    batch.mode = 0;
     for (size_t i = 0; i < batch.n; i++) {
         int v = tbm_source_verify(batch.src[i]);
         if (v == TBM_ERR_CHANGED || (v < 0 && r >= 0))
@@ -112,22 +118,15 @@ static bool batched(struct tbm_source *src)
     return true;
 }
 
-static __thread bool nowait;
-
-void tbm_source_nowait(bool on)
+int tbm_source_read(struct tbm_source *src, void *buf, size_t len, uint64_t off, size_t *got)
 {
-    nowait = on;
-}
-
-bool tbm_source_may_wait(void)
-{
-    return !nowait;
+    return src->ops->read(src, buf, len, off, batch.mode, got);
 }
 
 int tbm_source_read_full(struct tbm_source *src, void *buf, size_t len, uint64_t off)
 {
     size_t got;
-    int r = src->ops->read(src, buf, len, off, &got);
+    int r = src->ops->read(src, buf, len, off, batch.mode, &got);
 
     if (r < 0 && r != TBM_ERR_IO)
         return r; /* TBM_ERR_AGAIN among them: nothing was read */
@@ -140,13 +139,14 @@ int tbm_source_read_full(struct tbm_source *src, void *buf, size_t len, uint64_t
     return r < 0 ? r : got == len ? 0 : TBM_ERR_IO;
 }
 
-int tbm_source_hold(struct tbm_source *src, uint64_t off, size_t len, struct tbm_source_hold *h)
+int tbm_source_hold(struct tbm_source *src, uint64_t off, size_t len, unsigned mode,
+                    struct tbm_source_hold *h)
 {
     h->src = src;
     h->n = 0;
     if (!src->ops->hold)
         return 0;
-    int r = src->ops->hold(src, off, len, h->piece, TBM_SOURCE_PIECES, &h->n);
+    int r = src->ops->hold(src, off, len, mode, h->piece, TBM_SOURCE_PIECES, &h->n);
     if (r == 0 || (r < 0 && r != TBM_ERR_IO))
         return r;
     /* as for a read: bytes of a file found changed are not served, and a

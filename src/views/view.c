@@ -451,11 +451,11 @@ static int read_region(const struct tbm_tensor *tensor, const struct tbm_region 
     return 0;
 }
 
-/* Reads computed, source or buffer bytes of a servable file into buf.
- * Computed and source bytes serve this reply alone: the change is checked
- * once, after all of them are read. */
+/* Reads computed, source or buffer bytes of a servable file into buf, in
+ * the request's mode. Computed and source bytes serve this reply alone: the
+ * change is checked once, after all of them are read. */
 static int read_bytes(const struct tbm_views *v, const struct tbm_row *row, size_t t, char *buf,
-                      uint64_t off, size_t len, size_t *got)
+                      uint64_t off, size_t len, unsigned mode, size_t *got)
 {
     const struct tbm_buffer *b;
     uint64_t skip;
@@ -466,7 +466,7 @@ static int read_bytes(const struct tbm_views *v, const struct tbm_row *row, size
         tbm_copy_range(buf, off, len, b->data, b->len, got);
         return 0;
     }
-    tbm_source_batch_begin();
+    tbm_source_batch_begin(mode);
     int r = row->read ? row->read(v, row, t, buf, off, len, got)
                       : read_region(&v->model->tensors[t], region_of(v, row, t, &skip), buf, off,
                                     len, got);
@@ -551,10 +551,10 @@ void tbm_file_close(struct tbm_file *f)
     free(f);
 }
 
-/* tbm_file_read, on a thread whose waits flags allow or not. */
-static int file_read(struct tbm_file *f, uint64_t off, size_t len, char *buf, unsigned flags,
-                     struct tbm_reply *out)
+int tbm_file_read(struct tbm_file *f, uint64_t off, size_t len, char *buf, unsigned flags,
+                  struct tbm_reply *out)
 {
+    unsigned mode = flags & TBM_READ_NOWAIT ? TBM_SOURCE_NOWAIT : 0;
     struct tbm_span sp;
     size_t got;
     int r;
@@ -580,7 +580,7 @@ static int file_read(struct tbm_file *f, uint64_t off, size_t len, char *buf, un
         return 0;
     }
     if (r > 0) {
-        r = tbm_source_hold(sp.src, sp.pos, sp.len, &out->held);
+        r = tbm_source_hold(sp.src, sp.pos, sp.len, mode, &out->held);
         if (r < 0)
             return r;
         if (r > 0) {
@@ -588,24 +588,11 @@ static int file_read(struct tbm_file *f, uint64_t off, size_t len, char *buf, un
             return 0;
         }
     }
-    r = read_bytes(f->v, f->row, f->t, buf, off, len, &got);
+    r = read_bytes(f->v, f->row, f->t, buf, off, len, mode, &got);
     if (r < 0)
         return r;
     out->len = got;
     return 0;
-}
-
-int tbm_file_read(struct tbm_file *f, uint64_t off, size_t len, char *buf, unsigned flags,
-                  struct tbm_reply *out)
-{
-    bool nowait = flags & TBM_READ_NOWAIT;
-
-    if (nowait)
-        tbm_source_nowait(true);
-    int r = file_read(f, off, len, buf, flags, out);
-    if (nowait)
-        tbm_source_nowait(false);
-    return r;
 }
 
 int tbm_reply_check(const struct tbm_reply *reply)

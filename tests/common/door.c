@@ -91,11 +91,12 @@ struct held {
     size_t len, block;
 };
 
-static int held_read(struct tbm_source *src, void *buf, size_t len, uint64_t off, size_t *got)
+static int held_read(struct tbm_source *src, void *buf, size_t len, uint64_t off, unsigned mode,
+                     size_t *got)
 {
     struct held *h = (struct held *)src;
 
-    return h->inner->ops->read(h->inner, buf, len, off, got);
+    return h->inner->ops->read(h->inner, buf, len, off, mode, got);
 }
 
 static int held_identify(struct tbm_source *src, struct tbm_source_id *out)
@@ -114,11 +115,12 @@ static void held_close(struct tbm_source *src)
     free(h);
 }
 
-static int held_hold(struct tbm_source *src, uint64_t off, size_t len,
+static int held_hold(struct tbm_source *src, uint64_t off, size_t len, unsigned mode,
                      struct tbm_source_piece *pieces, size_t max, size_t *n)
 {
     struct held *h = (struct held *)src;
 
+    (void)mode; /* every byte is in memory: nothing waits */
     *n = 0;
     if (!holding)
         return 0;
@@ -165,7 +167,7 @@ static struct tbm_source *wrap(struct tbm_source *inner, size_t block)
     h->inner = inner;
     h->len = inner->id.size;
     h->block = block;
-    if (inner->ops->read(inner, h->copy, h->len, 0, &got) < 0 || got != h->len)
+    if (inner->ops->read(inner, h->copy, h->len, 0, 0, &got) < 0 || got != h->len)
         broken("cannot copy the source");
     h->src = (struct tbm_source){
         .ops = &held_ops, .name = inner->name, .id = inner->id, .fd = inner->fd};

@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "source/reply.h"
+#include "source/answer.h"
 #include "tbm/text.h"
 
 /* Valid UTF-8 with no control bytes, NUL-terminated inside cap. */
@@ -31,7 +31,7 @@ static void check_word(const char *s, size_t cap)
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     const char *p = (const char *)data, *end = p + size;
-    struct tbm_reply r = {0};
+    struct tbm_http_answer a = {0};
     char code[64];
 
     while (p < end) {
@@ -41,17 +41,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             p += len;
             break;
         }
-        tbm_reply_header(&r, p, len);
+        tbm_answer_header(&a, p, len);
         p += len;
     }
-    if (r.has_range && !(r.v.has_size && r.first <= r.last && r.last < r.v.size))
+    if (a.has_range && !(a.v.has_size && a.first <= a.last && a.last < a.v.size))
         abort();
-    check_word(r.v.etag, sizeof(r.v.etag));
-    check_word(r.v.last_modified, sizeof(r.v.last_modified));
+    check_word(a.v.etag, sizeof(a.v.etag));
+    check_word(a.v.last_modified, sizeof(a.v.last_modified));
     /* the mount's mtime comes from libcurl's date parser */
-    if (r.v.last_modified[0])
-        (void)curl_getdate(r.v.last_modified, NULL);
-    tbm_reply_error_code(p, (size_t)(end - p), code, sizeof(code));
+    if (a.v.last_modified[0])
+        (void)curl_getdate(a.v.last_modified, NULL);
+    tbm_answer_error_code(p, (size_t)(end - p), code, sizeof(code));
     check_word(code, sizeof(code));
     return 0;
 }

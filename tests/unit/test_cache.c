@@ -207,7 +207,7 @@ static void read_ok(struct tbm_cache *c, uint64_t off, size_t len)
     size_t got;
 
     assert_non_null(buf);
-    assert_int_equal(tbm_cache_read(c, buf, len, off, &got), 0);
+    assert_int_equal(tbm_cache_read(c, buf, len, off, 0, &got), 0);
     size_t want = off >= SOURCE_SIZE ? 0 : SOURCE_SIZE - off < len ? SOURCE_SIZE - off : len;
     assert_int_equal(got, want);
     assert_true(is_pattern(buf, off, got));
@@ -326,7 +326,7 @@ static void test_held_block_not_evicted(void **state)
     struct tbm_source_piece p[2];
     size_t n;
 
-    assert_int_equal(tbm_cache_hold(c, 3 * MIB + 10, 1000, p, 2, &n), 1);
+    assert_int_equal(tbm_cache_hold(c, 3 * MIB + 10, 1000, 0, p, 2, &n), 1);
     assert_int_equal(n, 1);
     for (uint64_t b = 5; b < 15; b += 2)
         read_block(c, b);
@@ -347,7 +347,7 @@ struct reader {
     struct tbm_cache *c;
     uint64_t off;
     size_t len;
-    bool nowait; /* reads as a thread that may not wait (tbm_source_nowait) */
+    bool nowait; /* reads with mode TBM_SOURCE_NOWAIT */
     int r;
     size_t got;
     bool right;
@@ -362,9 +362,9 @@ static void *reader_main(void *arg)
     rd->f->readers_started++;
     pthread_cond_broadcast(&rd->f->cond);
     pthread_mutex_unlock(&rd->f->lock);
-    tbm_source_nowait(rd->nowait);
-
-    rd->r = buf ? tbm_cache_read(rd->c, buf, rd->len, rd->off, &rd->got) : TBM_ERR_NOMEM;
+    rd->r = buf ? tbm_cache_read(rd->c, buf, rd->len, rd->off, rd->nowait ? TBM_SOURCE_NOWAIT : 0,
+                                 &rd->got)
+                : TBM_ERR_NOMEM;
     rd->right = rd->r == 0 && rd->got == rd->len && is_pattern(buf, rd->off, rd->len);
     free(buf);
     return NULL;
@@ -388,7 +388,7 @@ static void start_reader(struct reader *rd, struct fake *f, struct tbm_cache *c,
     assert_int_equal(pthread_create(&rd->thread, NULL, reader_main, rd), 0);
 }
 
-/* Reads as a thread that may not wait, to the end. */
+/* Reads with TBM_SOURCE_NOWAIT, to the end. */
 static void read_nowait(struct reader *rd, struct fake *f, struct tbm_cache *c, uint64_t off,
                         size_t len)
 {
@@ -397,9 +397,10 @@ static void read_nowait(struct reader *rd, struct fake *f, struct tbm_cache *c, 
     join(rd);
 }
 
-/* A thread that may not wait is told TBM_ERR_AGAIN while its block is on
- * its way, the transfer asked for once, and gets the bytes once they are
- * in; when every slot is held it is not kept waiting for one either. */
+/* A read or a hold with TBM_SOURCE_NOWAIT is told TBM_ERR_AGAIN while its
+ * block is on its way, the transfer asked for once, and gets the bytes once
+ * they are in; when every slot is held it is not kept waiting for one
+ * either. */
 static void test_nowait_never_waits(void **state)
 {
     (void)state;
@@ -407,7 +408,7 @@ static void test_nowait_never_waits(void **state)
     struct tbm_cache *c = cache_new(f, 2, 1);
     struct tbm_source_piece p[2], q[2];
     struct reader rd;
-    size_t n, m;
+    size_t n, m, k;
 
     set_gate(f, true);
     read_nowait(&rd, f, c, 3 * MIB + 10, 100);
@@ -415,16 +416,19 @@ static void test_nowait_never_waits(void **state)
     wait_for(f, &f->waiting, 1); /* asked for */
     read_nowait(&rd, f, c, 3 * MIB + 10, 100);
     assert_int_equal(rd.r, TBM_ERR_AGAIN);
+    assert_int_equal(tbm_cache_hold(c, 3 * MIB, 10, TBM_SOURCE_NOWAIT, p, 2, &n), TBM_ERR_AGAIN);
     assert_int_equal(calls_of(f), 1);
     set_gate(f, false);
     read_ok(c, 3 * MIB + 10, 100); /* a reader that may wait, for the fetch to be done */
     read_nowait(&rd, f, c, 3 * MIB + 10, 100);
     assert_true(rd.right);
     assert_int_equal(fetches_of(f, 3), 1);
-    assert_int_equal(tbm_cache_hold(c, 3 * MIB, 10, p, 2, &n), 1);
-    assert_int_equal(tbm_cache_hold(c, 5 * MIB, 10, q, 2, &m), 1);
+    assert_int_equal(tbm_cache_hold(c, 3 * MIB, 10, TBM_SOURCE_NOWAIT, p, 2, &n), 1);
+    assert_int_equal(tbm_cache_hold(c, 5 * MIB, 10, 0, q, 2, &m), 1);
     read_nowait(&rd, f, c, 7 * MIB, 100);
     assert_int_equal(rd.r, TBM_ERR_AGAIN);
+    assert_int_equal(tbm_cache_hold(c, 7 * MIB, 10, TBM_SOURCE_NOWAIT, p + 1, 1, &k),
+                     TBM_ERR_AGAIN);
     assert_int_equal(fetches_of(f, 7), 0);
     tbm_cache_release(c, p, n);
     tbm_cache_release(c, q, m);
@@ -442,10 +446,10 @@ static void test_read_waits_for_held_slot(void **state)
     size_t n, m;
     struct reader rd;
 
-    assert_int_equal(tbm_cache_hold(c, 4 * MIB, 10, p, 2, &n), 1);
-    assert_int_equal(tbm_cache_hold(c, 7 * MIB - 5, 10, q, 2, &m), 0); /* 6 then 7: no slot */
+    assert_int_equal(tbm_cache_hold(c, 4 * MIB, 10, 0, p, 2, &n), 1);
+    assert_int_equal(tbm_cache_hold(c, 7 * MIB - 5, 10, 0, q, 2, &m), 0); /* 6 then 7: no slot */
     assert_int_equal(m, 0);
-    assert_int_equal(tbm_cache_hold(c, 9 * MIB, 10, q, 2, &m), 1);
+    assert_int_equal(tbm_cache_hold(c, 9 * MIB, 10, 0, q, 2, &m), 1);
     start_reader(&rd, f, c, 11 * MIB, 100);
     wait_for(f, &f->readers_started, 1);
     sleep_ms(100); /* for the reader to reach the wait */
@@ -511,7 +515,7 @@ static void test_failed_fetch_reaches_every_waiter(void **state)
     }
     assert_int_equal(fetches_of(f, 3), 1);
     /* The failure is not remembered: the next read tries again. */
-    assert_int_equal(tbm_cache_read(c, buf, sizeof(buf), 3 * MIB, &got), TBM_ERR_IO);
+    assert_int_equal(tbm_cache_read(c, buf, sizeof(buf), 3 * MIB, 0, &got), TBM_ERR_IO);
     assert_int_equal(fetches_of(f, 3), 2);
     set_fail(f, NO_BLOCK);
     read_ok(c, 3 * MIB, 100);
@@ -537,9 +541,9 @@ static void test_hold_spanning_two_blocks(void **state)
     struct tbm_source_piece p[2];
     size_t n;
 
-    assert_int_equal(tbm_cache_hold(c, 3 * MIB - 100, 1000, p, 1, &n), 0);
+    assert_int_equal(tbm_cache_hold(c, 3 * MIB - 100, 1000, 0, p, 1, &n), 0);
     assert_int_equal(n, 0);
-    assert_int_equal(tbm_cache_hold(c, 3 * MIB - 100, 1000, p, 2, &n), 1);
+    assert_int_equal(tbm_cache_hold(c, 3 * MIB - 100, 1000, 0, p, 2, &n), 1);
     assert_int_equal(n, 2);
     assert_int_equal(p[0].len, 100);
     assert_int_equal(p[1].len, 900);
@@ -548,7 +552,7 @@ static void test_hold_spanning_two_blocks(void **state)
     tbm_cache_release(c, p, n);
     /* The short last block, and one whole block at its start. */
     /* The short last block. */
-    assert_int_equal(tbm_cache_hold(c, SOURCE_SIZE - MIB, MIB, p, 2, &n), 1);
+    assert_int_equal(tbm_cache_hold(c, SOURCE_SIZE - MIB, MIB, 0, p, 2, &n), 1);
     assert_int_equal(n, 2);
     assert_int_equal(p[0].len, MIB - 12345);
     assert_int_equal(p[1].len, 12345);
@@ -576,7 +580,7 @@ static void test_invalidate(void **state)
     size_t n, got;
 
     read_block(c, 2);
-    assert_int_equal(tbm_cache_hold(c, 4 * MIB, 100, p, 2, &n), 1);
+    assert_int_equal(tbm_cache_hold(c, 4 * MIB, 100, 0, p, 2, &n), 1);
     set_gate(f, true);
     start_reader(&rd, f, c, 8 * MIB, 100);
     wait_for(f, &f->waiting, 1);
@@ -587,9 +591,9 @@ static void test_invalidate(void **state)
     assert_true(is_pattern(p[0].data, 4 * MIB, 100));
     tbm_cache_release(c, p, n);
     unsigned calls = calls_of(f);
-    assert_int_equal(tbm_cache_read(c, buf, sizeof(buf), 2 * MIB, &got), TBM_ERR_IO);
-    assert_int_equal(tbm_cache_read(c, buf, sizeof(buf), 11 * MIB, &got), TBM_ERR_IO);
-    assert_int_equal(tbm_cache_hold(c, 2 * MIB, 10, p, 2, &n), TBM_ERR_IO);
+    assert_int_equal(tbm_cache_read(c, buf, sizeof(buf), 2 * MIB, 0, &got), TBM_ERR_IO);
+    assert_int_equal(tbm_cache_read(c, buf, sizeof(buf), 11 * MIB, 0, &got), TBM_ERR_IO);
+    assert_int_equal(tbm_cache_hold(c, 2 * MIB, 10, 0, p, 2, &n), TBM_ERR_IO);
     assert_int_equal(n, 0);
     assert_int_equal(calls_of(f), calls);
     done(f, c);
@@ -609,8 +613,8 @@ static void test_invalidate_from_fetch(void **state)
     pthread_mutex_lock(&f->lock);
     f->changes = c;
     pthread_mutex_unlock(&f->lock);
-    assert_int_equal(tbm_cache_read(c, buf, sizeof(buf), 9 * MIB, &got), TBM_ERR_IO);
-    assert_int_equal(tbm_cache_read(c, buf, sizeof(buf), MIB, &got), TBM_ERR_IO);
+    assert_int_equal(tbm_cache_read(c, buf, sizeof(buf), 9 * MIB, 0, &got), TBM_ERR_IO);
+    assert_int_equal(tbm_cache_read(c, buf, sizeof(buf), MIB, 0, &got), TBM_ERR_IO);
     done(f, c);
 }
 

@@ -1,6 +1,7 @@
 /* Unit tests of where an s3:// URL's object is (endpoint, region, the key's
  * SigV4 encoding), of the credentials' search order and file format, and of
- * how a URL is shown, with expected strings written out by hand. */
+ * what the table of schemes says of a name (a URL or not, how it is shown
+ * and hidden), with expected strings written out by hand. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -204,6 +205,45 @@ static void test_url_display(void **state)
     shown("/local/path?x", "/local/path?x");
 }
 
+static void hidden(const char *arg, const char *want)
+{
+    char buf[256];
+
+    snprintf(buf, sizeof(buf), "%s", arg);
+    tbm_source_hide_secrets(buf);
+    assert_string_equal(buf, want);
+}
+
+/* What ps is left to show of an argument: no URL's user information or
+ * query, no header's value. */
+static void test_hide_secrets(void **state)
+{
+    (void)state;
+    hidden("https://alice:pw@host:8443/dir/m.tbm?token=abc#f",
+           "https://********@host:8443/dir/m.tbm?***********");
+    hidden("http://u:p@x@host/m.tbm", "http://*****@host/m.tbm");
+    hidden("HTTP://host/m.tbm#frag", "HTTP://host/m.tbm#****");
+    hidden("s3://bucket/a?b", "s3://bucket/a?*");
+    hidden("ftp://u:p@host/x?y", "ftp://u:p@host/x?y");
+    hidden("/local/path?x", "/local/path?x");
+    hidden("http_header=X-Api-Key: secret", "http_header=X-Api-Key:*******");
+    hidden("ro,http_header=X: v,allow_other", "ro,http_header=X:**************");
+    hidden("http_header_file=/etc/a:b", "http_header_file=/etc/a:b");
+}
+
+/* The table of schemes is the one that tells a URL, whatever the case. */
+static void test_is_url(void **state)
+{
+    static const char *const urls[] = {"http://h/m", "HTTPS://h/m", "s3://b/k", "S3://b/k"};
+    static const char *const others[] = {"ftp://h/m", "/path/s3://x", "http:/h", "s3:/b/k", ""};
+
+    (void)state;
+    for (size_t i = 0; i < sizeof(urls) / sizeof(urls[0]); i++)
+        assert_true(tbm_source_is_url(urls[i]));
+    for (size_t i = 0; i < sizeof(others) / sizeof(others[0]); i++)
+        assert_false(tbm_source_is_url(others[i]));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -215,6 +255,8 @@ int main(void)
         cmocka_unit_test_setup(test_environment_first, clean_env),
         cmocka_unit_test_setup(test_home_file, clean_env),
         cmocka_unit_test_setup(test_url_display, clean_env),
+        cmocka_unit_test_setup(test_hide_secrets, clean_env),
+        cmocka_unit_test_setup(test_is_url, clean_env),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

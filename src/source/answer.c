@@ -2,7 +2,7 @@
  * judges by (Content-Range, ETag, Last-Modified) and the code of a store's
  * XML error body. Every byte may be hostile: numbers are digits only and
  * checked for overflow, and words are cleaned before anyone quotes them. */
-#include "reply.h"
+#include "answer.h"
 
 #include <string.h>
 #include <strings.h>
@@ -53,14 +53,14 @@ static bool expect(const char **p, const char *end, char c)
 }
 
 /* "bytes A-B/T", or "bytes *" then "/T" for a range not satisfiable. */
-static void content_range(struct tbm_reply *r, const char *p, size_t len)
+static void content_range(struct tbm_http_answer *ans, const char *p, size_t len)
 {
     uint64_t a, b, t;
 
     /* the last Content-Range says it all: a range and a total of an
      * earlier one must not outlive it */
-    r->has_range = r->v.has_size = false;
-    r->v.size = 0;
+    ans->has_range = ans->v.has_size = false;
+    ans->v.size = 0;
     p = trim(p, &len);
     const char *end = p + len;
     if (len < 6 || strncasecmp(p, "bytes ", 6) != 0)
@@ -68,18 +68,18 @@ static void content_range(struct tbm_reply *r, const char *p, size_t len)
     p += 6;
     if (expect(&p, end, '*')) {
         if (expect(&p, end, '/') && number(&p, end, &t) && p == end) {
-            r->v.size = t;
-            r->v.has_size = true;
+            ans->v.size = t;
+            ans->v.has_size = true;
         }
         return;
     }
     if (number(&p, end, &a) && expect(&p, end, '-') && number(&p, end, &b) &&
         expect(&p, end, '/') && number(&p, end, &t) && p == end && a <= b && b < t) {
-        r->has_range = true;
-        r->first = a;
-        r->last = b;
-        r->v.size = t;
-        r->v.has_size = true;
+        ans->has_range = true;
+        ans->first = a;
+        ans->last = b;
+        ans->v.size = t;
+        ans->v.has_size = true;
     }
 }
 
@@ -95,22 +95,22 @@ static bool is_field(const char *line, size_t len, const char *name, const char 
     return true;
 }
 
-void tbm_reply_header(struct tbm_reply *r, const char *line, size_t len)
+void tbm_answer_header(struct tbm_http_answer *ans, const char *line, size_t len)
 {
     const char *value;
     size_t vlen;
 
     if (len >= 5 && strncmp(line, "HTTP/", 5) == 0)
-        *r = (struct tbm_reply){0}; /* a new answer: forget the last */
+        *ans = (struct tbm_http_answer){0}; /* a new answer: forget the last */
     else if (is_field(line, len, "Content-Range", &value, &vlen))
-        content_range(r, value, vlen);
+        content_range(ans, value, vlen);
     else if (is_field(line, len, "ETag", &value, &vlen))
-        copy_clean(r->v.etag, sizeof(r->v.etag), value, vlen);
+        copy_clean(ans->v.etag, sizeof(ans->v.etag), value, vlen);
     else if (is_field(line, len, "Last-Modified", &value, &vlen))
-        copy_clean(r->v.last_modified, sizeof(r->v.last_modified), value, vlen);
+        copy_clean(ans->v.last_modified, sizeof(ans->v.last_modified), value, vlen);
 }
 
-void tbm_reply_error_code(const char *body, size_t len, char *code, size_t cap)
+void tbm_answer_error_code(const char *body, size_t len, char *code, size_t cap)
 {
     static const char open[] = "<Code>", close[] = "</Code>";
     const char *a = memmem(body, len, open, sizeof(open) - 1);

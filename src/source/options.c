@@ -1,0 +1,272 @@
+/* The options of remote sources: the transport's table (block cache,
+ * headers, stall timeout, CAs) and each scheme's, set by name as -o gives
+ * them into the struct of their owner, and what the command line must not
+ * show of them. */
+#include <errno.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "scheme.h"
+
+struct tbm_remote_options {
+    struct tbm_http_options http;
+    void **scheme; /* each row's options, by its place in the table */
+    char **kept;   /* the copies of the values set */
+    size_t nschemes, nkept;
+};
+
+static const struct tbm_http_options defaults = {.cache_size = TBM_HTTP_CACHE_DEFAULT,
+                                                 .timeout = TBM_HTTP_TIMEOUT};
+
+/* A number of bytes with an optional K, M or G (powers of 1024). */
+static int set_cache_size(void *opts, const char *value, const char **why)
+{
+    struct tbm_http_options *o = opts;
+    char *end;
+
+    *why = "must be a number of bytes (K, M, G allowed), at least 2M";
+    if (*value < '0' || *value > '9')
+        return -1;
+    errno = 0;
+    unsigned long long v = strtoull(value, &end, 10);
+    unsigned shift = 0;
+    if (*end == 'K' || *end == 'k')
+        shift = 10;
+    else if (*end == 'M' || *end == 'm')
+        shift = 20;
+    else if (*end == 'G' || *end == 'g')
+        shift = 30;
+    if (shift)
+        end++;
+    if (errno || *end || v > (UINT64_MAX >> shift) || (v << shift) < TBM_HTTP_CACHE_MIN)
+        return -1;
+    o->cache_size = (uint64_t)v << shift;
+    return 0;
+}
+
+/* One header line, kept for every request. */
+static int set_http_header(void *opts, const char *value, const char **why)
+{
+    struct tbm_http_options *o = opts;
+    const char *colon = strchr(value, ':');
+
+    *why = "must be one header line, \"Name: value\"";
+    if (!colon || colon == value || strpbrk(value, "\r\n"))
+        return -1;
+    const char **more = realloc(o->headers, (o->nheaders + 1) * sizeof(*more));
+    *why = "out of memory";
+    if (!more)
+        return -1;
+    o->headers = more;
+    o->headers[o->nheaders++] = value;
+    return 0;
+}
+
+static int set_http_timeout(void *opts, const char *value, const char **why)
+{
+    char *end;
+
+    *why = "must be 1 to 3600 seconds";
+    errno = 0;
+    unsigned long v = strtoul(value, &end, 10);
+    if (*value < '0' || *value > '9' || errno || *end || v < 1 || v > 3600)
+        return -1;
+    ((struct tbm_http_options *)opts)->timeout = (unsigned)v;
+    return 0;
+}
+
+/* The transport's options, in the order --help lists them; every scheme's
+ * follow. */
+static const struct tbm_option_row transport[] = {
+    {.shown = {"cache_size", "BYTES",
+               "HTTP(S) SOURCE: block cache size (default 256M; K, M, G allowed; at least\n"
+               "2M)"},
+     .set = set_cache_size},
+    {.shown = {"http_header", "\"Name: value\"",
+               "HTTP(S) SOURCE: a header sent with every request to SOURCE's own scheme,\n"
+               "host and port (repeatable; a comma in the value is written \\,)"},
+     .set = set_http_header,
+     .secret = true},
+    {.shown = {"http_header_file", "PATH",
+               "the same, one \"Name: value\" a line read from PATH (a token stays out of\n"
+               "ps)"},
+     .field = offsetof(struct tbm_http_options, header_file),
+     .empty = "must name a file"},
+    {.shown = {"ca_file", "PATH",
+               "HTTPS or S3 SOURCE: trust the CAs of this PEM file in place of the\n"
+               "system's (S3: else AWS_CA_BUNDLE)"},
+     .field = offsetof(struct tbm_http_options, ca_file),
+     .empty = "must name a PEM file"},
+    /* not documented: lets the tests stall a transfer for seconds, not 30 */
+    {.shown = {"http_timeout", "SECONDS", NULL}, .set = set_http_timeout},
+};
+
+#define NTRANSPORT (sizeof(transport) / sizeof(transport[0]))
+
+/* The row of the i-th option, and in *scheme the place of its scheme in
+ * the table (SIZE_MAX: the transport's). */
+static const struct tbm_option_row *row_at(size_t i, size_t *scheme)
+{
+    const struct tbm_scheme *s;
+
+    *scheme = SIZE_MAX;
+    if (i < NTRANSPORT)
+        return &transport[i];
+    i -= NTRANSPORT;
+    for (size_t k = 0; (s = tbm_scheme_at(k)); k++) {
+        if (i < s->noptions) {
+            *scheme = k;
+            return &s->options[i];
+        }
+        i -= s->noptions;
+    }
+    return NULL;
+}
+
+const struct tbm_remote_option *tbm_remote_option(size_t i)
+{
+    size_t scheme;
+    const struct tbm_option_row *row = row_at(i, &scheme);
+
+    return row ? &row->shown : NULL;
+}
+
+struct tbm_remote_options *tbm_remote_options_new(void)
+{
+    struct tbm_remote_options *o = calloc(1, sizeof(*o));
+    const struct tbm_scheme *s;
+
+    if (!o)
+        return NULL;
+    o->http = defaults;
+    while (tbm_scheme_at(o->nschemes))
+        o->nschemes++;
+    if (!(o->scheme = calloc(o->nschemes, sizeof(*o->scheme))))
+        goto fail;
+    for (size_t k = 0; (s = tbm_scheme_at(k)); k++)
+        if (s->options_size && !(o->scheme[k] = calloc(1, s->options_size)))
+            goto fail;
+    return o;
+fail:
+    tbm_remote_options_free(o);
+    return NULL;
+}
+
+int tbm_remote_options_set(struct tbm_remote_options *o, size_t i, const char *value,
+                           const char **why)
+{
+    size_t scheme;
+    const struct tbm_option_row *row = row_at(i, &scheme);
+    char **more = realloc(o->kept, (o->nkept + 1) * sizeof(*more));
+
+    *why = "out of memory";
+    if (!more)
+        return -1;
+    o->kept = more;
+    if (!(o->kept[o->nkept] = strdup(value ? value : "")))
+        return -1;
+    value = o->kept[o->nkept++];
+    void *owner = scheme == SIZE_MAX ? (void *)&o->http : o->scheme[scheme];
+    if (row->set)
+        return row->set(owner, value, why);
+    *why = row->empty;
+    if (!*value)
+        return -1;
+    *(const char **)((char *)owner + row->field) = value;
+    return 0;
+}
+
+void tbm_remote_options_free(struct tbm_remote_options *o)
+{
+    if (!o)
+        return;
+    for (size_t k = 0; o->scheme && k < o->nschemes; k++)
+        free(o->scheme[k]);
+    free(o->scheme);
+    for (size_t i = 0; i < o->nkept; i++)
+        free(o->kept[i]);
+    free(o->kept);
+    free(o->http.headers);
+    free(o);
+}
+
+const struct tbm_http_options *tbm_http_options_of(const struct tbm_remote_options *o)
+{
+    return o ? &o->http : &defaults;
+}
+
+const void *tbm_scheme_options(const struct tbm_remote_options *o, const struct tbm_scheme *s)
+{
+    for (size_t k = 0; o && k < o->nschemes; k++)
+        if (tbm_scheme_at(k) == s)
+            return o->scheme[k];
+    return NULL;
+}
+
+/* -o http_header_file: "Name: value" a line; blank lines and lines that
+ * begin with '#' are skipped. A line is never quoted: it may be a secret. */
+static int read_header_file(const char *path, struct curl_slist **list, char *why, size_t whylen)
+{
+    FILE *f = fopen(path, "re");
+    char line[8192];
+    int status = 0;
+    unsigned n = 0;
+
+    if (!f) {
+        snprintf(why, whylen, "%s: %s", path, strerror(errno));
+        return TBM_ERR_SOURCE;
+    }
+    while (status == 0 && fgets(line, sizeof(line), f)) {
+        size_t len = strlen(line);
+        n++;
+        while (len > 0 && (line[len - 1] == '\n' || line[len - 1] == '\r'))
+            line[--len] = '\0';
+        if (len == 0 || line[0] == '#')
+            continue;
+        const char *colon = strchr(line, ':');
+        bool control = false;
+        for (size_t i = 0; i < len; i++)
+            control |= (unsigned char)line[i] < 0x20 && line[i] != '\t';
+        if (!colon || colon == line || control || len == sizeof(line) - 1) {
+            snprintf(why, whylen, "%s: line %u: not one header line \"Name: value\"", path, n);
+            status = TBM_ERR_SOURCE;
+        } else if (!tbm_header_add(list, line)) {
+            status = TBM_ERR_NOMEM;
+        }
+    }
+    explicit_bzero(line, sizeof(line));
+    fclose(f);
+    return status;
+}
+
+int tbm_http_headers(const struct tbm_http_options *o, struct curl_slist **list, char *why,
+                     size_t whylen)
+{
+    for (size_t i = 0; i < o->nheaders; i++)
+        if (!tbm_header_add(list, o->headers[i])) {
+            snprintf(why, whylen, "out of memory");
+            return TBM_ERR_NOMEM;
+        }
+    return o->header_file ? read_header_file(o->header_file, list, why, whylen) : 0;
+}
+
+void tbm_source_hide_secrets(char *arg)
+{
+    const struct tbm_option_row *row;
+    char name[64];
+    size_t scheme;
+
+    for (size_t i = 0; (row = row_at(i, &scheme)); i++) {
+        if (!row->secret)
+            continue;
+        snprintf(name, sizeof(name), "%s=", row->shown.name);
+        /* a header's value: a token, most often; hidden to the end of the
+         * argument, options after it too */
+        char *p = strstr(arg, name);
+        if (p && (p = strchr(p, ':')))
+            memset(p + 1, '*', strlen(p + 1));
+    }
+    tbm_scheme_url_hide(arg);
+}
