@@ -66,14 +66,15 @@ TBM_INLINE void kq_search(const float *xt, const struct tbm_kq_search *s, float 
     vf best_iscale = iscale, best_lo = lo;
 
     for (int is = 0; is <= s->nstep; is++) {
-        vi trial[TBM_KQ_SUB];
+        float trial[TBM_KQ_SUB * LANES]; /* the quants, as floats for the error's pass */
         vf sum_l = f_set(0.0f), sum_l2 = f_set(0.0f), sum_xl = f_set(0.0f);
 
         iscale = f_div(f_set(s->rmin + s->rdelta * (float)is + (float)s->nmax), f_sub(hi, lo));
         for (int l = 0; l < TBM_KQ_SUB; l++) {
             vf x = f_load(xt + l * LANES), w = f_load(wt + l * LANES);
-            trial[l] = i_clamp(i_nearest(f_mul(iscale, f_sub(x, lo))), 0, s->nmax);
-            vf fl = f_from_i(trial[l]), wl = f_mul(w, fl);
+            vf fl = f_from_i(i_clamp(i_nearest(f_mul(iscale, f_sub(x, lo))), 0, s->nmax));
+            vf wl = f_mul(w, fl);
+            f_store(trial + l * LANES, fl);
             sum_l = f_add(sum_l, wl);
             sum_l2 = f_add(sum_l2, f_mul(wl, fl));
             sum_xl = f_add(sum_xl, f_mul(wl, x));
@@ -90,7 +91,7 @@ TBM_INLINE void kq_search(const float *xt, const struct tbm_kq_search *s, float 
         vf err = f_set(0.0f);
         for (int l = 0; l < TBM_KQ_SUB; l++) {
             vf x = f_load(xt + l * LANES), w = f_load(wt + l * LANES);
-            vf diff = f_sub(f_add(f_mul(this_scale, f_from_i(trial[l])), this_min), x);
+            vf diff = f_sub(f_add(f_mul(this_scale, f_load(trial + l * LANES)), this_min), x);
             err = f_add(err, f_mul(w, f_mul(diff, diff)));
         }
         vm better = m_and(ok, f_lt(err, best));
@@ -179,35 +180,37 @@ struct q6_best {
  * its best trial in *best. */
 TBM_INLINE void q6_search(const float *xt, float *scale_out, struct q6_best *best_out)
 {
+    /* each trial weighs l by w = x^2 and adds (w * x) * l and (w * l) * l: w and w * x are
+     * the same in every trial */
+    float wt[TBM_Q6_K_SUB * LANES], wxt[TBM_Q6_K_SUB * LANES];
     vf max = f_set(0.0f), amax = f_set(0.0f);
 
     for (int l = 0; l < TBM_Q6_K_SUB; l++) {
-        vf x = f_load(xt + l * LANES), ax = f_abs(x);
+        vf x = f_load(xt + l * LANES), ax = f_abs(x), w = f_mul(x, x);
         vm m = f_gt(ax, amax);
         amax = f_sel(m, ax, amax);
         max = f_sel(m, x, max);
+        f_store(wt + l * LANES, w);
+        f_store(wxt + l * LANES, f_mul(w, x));
     }
     vm zero = f_lt(amax, f_set(1e-15f));
-    vf iscale = f_div(f_set(-32.0f), max), best_iscale = iscale;
-    vf sumlx = f_set(0.0f), suml2 = f_set(0.0f);
-    for (int l = 0; l < TBM_Q6_K_SUB; l++) {
-        vf x = f_load(xt + l * LANES);
-        vf fl = f_from_i(i_clamp(i_nearest(f_mul(iscale, x)), -32, 31)), w = f_mul(x, x);
-        sumlx = f_add(sumlx, f_mul(f_mul(w, x), fl));
-        suml2 = f_add(suml2, f_mul(f_mul(w, fl), fl));
-    }
-    vf scale = f_sel(f_ne(suml2, f_set(0.0f)), f_div(sumlx, suml2), f_set(0.0f));
-    vf best = f_mul(scale, sumlx);
-    for (int is = -9; is <= 9; is++) {
-        if (is == 0)
-            continue;
-        iscale = f_div(f_set(-(32.0f + 0.1f * (float)is)), max);
-        sumlx = suml2 = f_set(0.0f);
+    vf best_iscale = f_set(0.0f), scale = f_set(0.0f), best = f_set(0.0f);
+    for (int is = 0; is <= 18; is++) {
+        /* the first trial is nmax's own (is 0 of the reference); then -9..9 but 0 */
+        int step = is == 0 ? 0 : is <= 9 ? is - 10 : is - 9;
+        vf iscale = f_div(f_set(step == 0 ? -32.0f : -(32.0f + 0.1f * (float)step)), max);
+        vf sumlx = f_set(0.0f), suml2 = f_set(0.0f);
         for (int l = 0; l < TBM_Q6_K_SUB; l++) {
             vf x = f_load(xt + l * LANES);
-            vf fl = f_from_i(i_clamp(i_nearest(f_mul(iscale, x)), -32, 31)), w = f_mul(x, x);
-            sumlx = f_add(sumlx, f_mul(f_mul(w, x), fl));
-            suml2 = f_add(suml2, f_mul(f_mul(w, fl), fl));
+            vf fl = f_from_i(i_clamp(i_nearest(f_mul(iscale, x)), -32, 31));
+            sumlx = f_add(sumlx, f_mul(f_load(wxt + l * LANES), fl));
+            suml2 = f_add(suml2, f_mul(f_mul(f_load(wt + l * LANES), fl), fl));
+        }
+        if (is == 0) {
+            scale = f_sel(f_ne(suml2, f_set(0.0f)), f_div(sumlx, suml2), f_set(0.0f));
+            best = f_mul(scale, sumlx);
+            best_iscale = iscale;
+            continue;
         }
         vm better = m_and(f_gt(suml2, f_set(0.0f)), f_gt(f_mul(sumlx, sumlx), f_mul(best, suml2)));
         scale = f_sel(better, f_div(sumlx, suml2), scale);
