@@ -28,12 +28,11 @@ static const struct {
 /* Rows of 1 to 41 super-blocks of every kind, a NaN or an infinity now and then. */
 static void test_templates(void **state)
 {
-    float *x = malloc(sizeof(float) * 256 * 41);
-    uint8_t *got = malloc(210 * 41 * 8), *want = malloc(210 * 41 * 8);
-
     (void)state;
     if (!tbm_isa_supported(TBM_ISA_AVX2))
         skip();
+    float *x = malloc(sizeof(float) * 256 * 41);
+    uint8_t *got = malloc(210 * 41 * 8), *want = malloc(210 * 41 * 8);
     assert_non_null(x);
     assert_non_null(got);
     assert_non_null(want);

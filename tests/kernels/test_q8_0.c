@@ -243,11 +243,11 @@ static void test_random(void **state)
 {
     enum tbm_isa isa = state_isa(state);
     size_t max = 300;
-    float *x = malloc(max * 32 * sizeof(float));
-    uint8_t *got = malloc(max * 34), *want = malloc(max * 34);
 
     if (!tbm_isa_supported(isa))
         skip();
+    float *x = malloc(max * 32 * sizeof(float));
+    uint8_t *got = malloc(max * 34), *want = malloc(max * 34);
     assert_non_null(x);
     assert_non_null(got);
     assert_non_null(want);

@@ -182,11 +182,11 @@ static void test_nonfinite(void **state)
     static const uint32_t specials[] = {0x7FC00000, 0xFFC00001, 0x7F800001,
                                         0x7FBFFFFF, 0x7F800000, 0xFF800000};
     enum tbm_isa isa = state_isa(state);
-    float *x = malloc(sizeof(float) * 256 * 3);
-    uint8_t *out = malloc(210 * 3 * 8), *alone = malloc(210 * 8);
 
     if (!tbm_isa_supported(isa))
         skip();
+    float *x = malloc(sizeof(float) * 256 * 3);
+    uint8_t *out = malloc(210 * 3 * 8), *alone = malloc(210 * 8);
     assert_non_null(x);
     assert_non_null(out);
     assert_non_null(alone);
@@ -297,11 +297,11 @@ static void test_roundtrip(void **state)
 static void test_levels(void **state)
 {
     enum tbm_isa isa = state_isa(state);
-    float *x = malloc(sizeof(float) * 256 * 40);
-    uint8_t *got = malloc(210 * 40 * 8), *want = malloc(210 * 40 * 8);
 
     if (!tbm_isa_supported(isa))
         skip();
+    float *x = malloc(sizeof(float) * 256 * 40);
+    uint8_t *got = malloc(210 * 40 * 8), *want = malloc(210 * 40 * 8);
     assert_non_null(x);
     assert_non_null(got);
     assert_non_null(want);
@@ -332,11 +332,11 @@ static void test_long_row(void **state)
 {
     enum tbm_isa isa = state_isa(state);
     size_t n = 4099;
-    float *x = malloc(sizeof(float) * 256 * n);
-    uint8_t *got = malloc(210 * n * 8), *want = malloc(210 * n * 8);
 
     if (!tbm_isa_supported(isa))
         skip();
+    float *x = malloc(sizeof(float) * 256 * n);
+    uint8_t *got = malloc(210 * n * 8), *want = malloc(210 * n * 8);
     assert_non_null(x);
     assert_non_null(got);
     assert_non_null(want);
