@@ -137,15 +137,8 @@ void tbm_q5_k_scalar(const float *x, size_t blocks, uint8_t *out)
 static float search_scale(const float *x, uint8_t *L)
 {
     const int nmax = 32;
-    float max = 0, amax = 0;
+    float amax, max = tbm_quant_absmax(x, TBM_Q6_K_SUB, &amax);
 
-    for (int i = 0; i < TBM_Q6_K_SUB; i++) {
-        float ax = fabsf(x[i]);
-        if (ax > amax) {
-            amax = ax;
-            max = x[i];
-        }
-    }
     if (amax < 1e-15f) {
         memset(L, 0, TBM_Q6_K_SUB);
         return 0.0f;

@@ -7,15 +7,8 @@
  * each quant the truncation of x / d + 16.5, kept in an int8 and capped at 31. */
 static void q5_0_block(const float *x, uint8_t *out)
 {
-    float amax = 0.0f, max = 0.0f;
+    float amax, max = tbm_quant_absmax(x, TBM_Q5_0_ELEMS, &amax);
     uint8_t L[TBM_Q5_0_ELEMS];
-
-    for (int j = 0; j < TBM_Q5_0_ELEMS; j++) {
-        if (amax < fabsf(x[j])) {
-            amax = fabsf(x[j]);
-            max = x[j];
-        }
-    }
     float d = max / -16.0f;
     float id = d != 0 ? 1.0f / d : 0.0f;
     tbm_quant_store16(out, tbm_quant_f16(d));

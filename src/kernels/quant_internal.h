@@ -98,6 +98,22 @@ static inline void tbm_quant_store16(uint8_t *out, uint16_t v)
     out[1] = (uint8_t)(v >> 8);
 }
 
+/* The first of the n values at x of the largest magnitude, as the references find it (a strict
+ * comparison, in index order), and that magnitude in *amax; +0.0 and 0 when all are zeros. */
+static inline float tbm_quant_absmax(const float *x, int n, float *amax)
+{
+    float max = 0.0f, a = 0.0f;
+
+    for (int i = 0; i < n; i++) {
+        if (fabsf(x[i]) > a) {
+            a = fabsf(x[i]);
+            max = x[i];
+        }
+    }
+    *amax = a;
+    return max;
+}
+
 /* Whether every one of the n values at x is finite. */
 static inline bool tbm_quant_finite(const float *x, size_t n)
 {
@@ -167,15 +183,8 @@ static inline void tbm_kq_head(const float scale[TBM_KQ_SUBS], const float min[T
 static inline bool tbm_q6_k_head(const float scale[TBM_Q6_K_SUBS], uint8_t *blk,
                                  float step[TBM_Q6_K_SUBS])
 {
-    float max_scale = 0.0f, max_abs = 0.0f;
+    float max_abs, max_scale = tbm_quant_absmax(scale, TBM_Q6_K_SUBS, &max_abs);
 
-    for (int j = 0; j < TBM_Q6_K_SUBS; j++) {
-        float a = fabsf(scale[j]);
-        if (a > max_abs) {
-            max_abs = a;
-            max_scale = scale[j];
-        }
-    }
     if (max_abs < 1e-15f) {
         memset(blk, 0, TBM_Q6_K_BYTES);
         return false;

@@ -175,4 +175,16 @@ static inline void qrow_block(float *x, int kind)
     }
 }
 
+/* A row of n blocks of 256 for round r of a test: every block of one kind (r's) on even
+ * rounds, of random kinds on odd ones; every fifth round a NaN or an infinity somewhere. */
+static inline void qrow_fill(float *x, size_t n, int r)
+{
+    for (size_t b = 0; b < n; b++)
+        qrow_block(x + QROW_BLOCK * b, r % 2 ? (int)(qrow_rnd() % QROW_KINDS) : r % QROW_KINDS);
+    if (r % 5 == 0) {
+        uint32_t bits = r % 10 ? 0x7FC00000u : 0xFF800000u;
+        memcpy(&x[qrow_rnd() % (QROW_BLOCK * n)], &bits, sizeof(float));
+    }
+}
+
 #endif

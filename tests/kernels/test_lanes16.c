@@ -40,11 +40,7 @@ static void test_templates(void **state)
         const struct tbm_quant *q = tbm_quant_find(paths[p].type);
         for (int r = 0; r < 300; r++) {
             size_t n = 1 + qrow_rnd() % (r % 6 == 0 ? 41 : 4);
-            for (size_t b = 0; b < n; b++)
-                qrow_block(x + 256 * b, r % 2 ? (int)(qrow_rnd() % QROW_KINDS) : r % QROW_KINDS);
-            if (r % 5 == 0)
-                memcpy(&x[qrow_rnd() % (256 * n)], &(uint32_t){r % 10 ? 0x7FC00000u : 0xFF800000u},
-                       sizeof(float));
+            qrow_fill(x, n, r);
             size_t blocks = 256 * n / q->block_elems - (q->block_elems == 32 ? qrow_rnd() % 8 : 0);
             paths[p].scalar(x, blocks, want);
             memset(got, 0xA5, blocks * q->block_bytes);

@@ -309,11 +309,7 @@ static void test_levels(void **state)
         const struct tbm_quant *q = tbm_quant_find(types[t]);
         for (int r = 0; r < 400; r++) {
             size_t n = 1 + qrow_rnd() % (r % 8 == 0 ? 40 : 3);
-            for (size_t b = 0; b < n; b++)
-                qrow_block(x + 256 * b, r % 2 ? (int)(qrow_rnd() % QROW_KINDS) : r % QROW_KINDS);
-            if (r % 5 == 0) /* now and then a NaN or an infinity */
-                memcpy(&x[qrow_rnd() % (256 * n)], &(uint32_t){r % 10 ? 0x7FC00000u : 0xFF800000u},
-                       sizeof(float));
+            qrow_fill(x, n, r);
             /* F16: counts that are not whole vectors */
             size_t blocks = 256 * n / q->block_elems - (types[t] == 1 ? qrow_rnd() % 16 : 0);
             q->quantize(TBM_ISA_SCALAR, x, blocks, want);
