@@ -2,19 +2,16 @@
 """The Q4_K_M rule against llama.cpp itself (docs/MOUNT_LAYOUT.md, "model.Q4_K_M.gguf [v4]"):
 model.gguf files written by the independent writer (ggufref.py) for llama, mistral, qwen2 and
 qwen3 models of many shapes, layer counts and precisions are quantized by llama_model_quantize
-of node-llama-cpp (llamaquant.py); the type it gave each tensor must be the rule's (q4km_types
-below), and the whole file must be, byte for byte, the one rebuilt here from model.gguf with
-tbmfs's kernels (quantize_rows; on every level the CPU has, the best one only for the 80-layer
-models): the rule's types, the key-values, the tensor order, offsets and padding. Rows of 256,
-of 96 (Q5_0, Q8_0, Q5_1), of 48 and 80 (F16, from F32, F16, BF16 and fp64 sources), of 1
-(1-D to llama.cpp), 80 layers with and without GQA (llama.cpp's 70B rule: Q5_K), tied and
+of node-llama-cpp (llamaquant.py); the type it gave each tensor must be the rule's
+(q4kmref.q4km_types), and the whole file must be, byte for byte, the one rebuilt from model.gguf
+with tbmfs's kernels (q4kmref.rebuild through quantize_rows; on every level the CPU has, the
+best one only for the 80-layer models): the rule's types, the key-values, the tensor order,
+offsets and padding. Rows of 256, of 96 (Q5_0, Q8_0, Q5_1), of 48 and 80 (F16, from F32, F16,
+BF16 and fp64 sources), of 1 (1-D to llama.cpp), 80 layers with and without GQA (llama.cpp's 70B rule: Q5_K), tied and
 untied outputs, 1 to 80 layers; and llama.cpp's refusal of a NaN. Skipped (exit 77) when
 node-llama-cpp is not installed."""
 
 import os
-import re
-import struct
-import subprocess
 import sys
 
 import numpy as np
@@ -24,139 +21,10 @@ import harness
 import llamaquant
 import models
 from harness import check, eq, kernels_supported, run
+from q4kmref import q4km_types, rebuild
 
 QUANTIZE_ROWS = os.environ.get("QUANTIZE_ROWS", "")
-F32, F16, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K, BF16 = 0, 1, 6, 7, 8, 12, 13, 14, 30
-BLOCK = {t: v[1] for t, v in llamaquant.GGML_TYPES.items()}
-FALLBACK = {Q4_K: Q5_0, Q5_K: Q5_1, Q6_K: Q8_0}
 gen = None
-
-
-# --- the rule (llama.cpp src/llama-quant.cpp, llama_model_quantize_impl) ---
-
-def n_dims(ne):
-    """ggml_n_dims: trailing dimensions of 1 do not count."""
-    n = len(ne)
-    while n > 1 and ne[n - 1] == 1:
-        n -= 1
-    return n
-
-
-def llama_order(name):
-    """weight_name_comparer: the layer of blk.N. (-1 for none), then the name's bytes."""
-    m = re.match(r"blk\.([+-]?\d+)", name)
-    return (int(m.group(1)) if m else -1, name.encode())
-
-
-def use_more_bits(i, n):
-    return i < n // 8 or i >= 7 * n // 8 or (i - n // 8) % 3 == 2
-
-
-def is_70b(arch, kv):
-    layers = kv(arch + ".block_count")
-    if arch == "llama":
-        return layers == 80 and kv(arch + ".attention.head_count") != \
-            kv(arch + ".attention.head_count_kv")
-    return arch == "qwen2" and layers == 80
-
-
-def q4km_types(g):
-    """{tensor name: type} of llama_model_quantize with LLAMA_FTYPE_MOSTLY_Q4_K_M for the
-    GGUF file g (a llamaquant.Gguf of model.gguf), from llama.cpp v0.4.0's src/llama-quant.cpp:
-    tensor_allows_quantization (1-D to ggml_n_dims, names not ending in weight, norms: kept),
-    llama_tensor_get_type_impl (the output and a tied token_embd: Q6_K, or Q8_0 for rows not a
-    multiple of 256; attn_v and ffn_down: Q6_K where use_more_bits, attn_v of a 70B model Q5_K;
-    the rest Q4_K; counters in llama.cpp's tensor order) and tensor_type_fallback."""
-    arch = g.kv("general.architecture")
-    tensors = sorted(g.tensors, key=lambda t: llama_order(t["name"]))
-    tied = not any(t["name"] == "output.weight" for t in tensors)
-    n_attn_v = sum("attn_v.weight" in t["name"] for t in tensors)
-    n_layer = g.kv(arch + ".block_count")
-    big = is_70b(arch, g.kv)
-    i_attn_v = i_ffn_down = 0
-    out = {}
-    for t in tensors:
-        name, ne = t["name"], t["ne"]
-        if n_dims(ne) < 2 or not name.endswith("weight") or "_norm.weight" in name:
-            out[name] = t["type"]
-            continue
-        new = Q4_K
-        if name == "output.weight" or (tied and name == "token_embd.weight"):
-            new = Q8_0 if ne[0] % 256 else Q6_K
-        elif "attn_v.weight" in name:
-            if use_more_bits(i_attn_v, n_attn_v):
-                new = Q6_K
-            if big and new == Q4_K:
-                new = Q5_K
-            i_attn_v += 1
-        elif "ffn_down" in name:
-            if use_more_bits(i_ffn_down, n_layer):
-                new = Q6_K
-            i_ffn_down += 1
-        if ne[0] % BLOCK[new]:
-            new = FALLBACK.get(new, new)
-            if ne[0] % BLOCK[new]:
-                new = F16
-        out[name] = new
-    return out
-
-
-# --- the file, rebuilt with tbmfs's kernels ---
-
-def as_f32(g, t):
-    raw = g.tensor_bytes(t)
-    if t["type"] == F32:
-        return np.frombuffer(raw, dtype="<f4")
-    if t["type"] == F16:
-        return np.frombuffer(raw, dtype="<f2").astype(np.float32)
-    b = np.frombuffer(raw, dtype="<u2").astype(np.uint32) << 16
-    return b.view(np.float32)
-
-
-def kernel(ttype, values, level):
-    p = subprocess.run([QUANTIZE_ROWS, str(ttype), level], input=values.astype("<f4").tobytes(),
-                       capture_output=True, timeout=300)
-    check(p.returncode == 0, "quantize_rows %d: %s" % (ttype, p.stderr.decode(errors="replace")))
-    return p.stdout
-
-
-def rebuild(g, types, level):
-    """The bytes of model.Q4_K_M.gguf from model.gguf g, with the types given: tensors in
-    llama.cpp's order, quantized by the kernels (all tensors of one type in one call), the
-    key-values of g but general.file_type and general.quantization_version, then those two."""
-    tensors = sorted(g.tensors, key=lambda t: llama_order(t["name"]))
-    data = {}
-    for ttype in set(types.values()):
-        todo = [t for t in tensors if types[t["name"]] == ttype and t["type"] != ttype]
-        if not todo:
-            continue
-        rows = [as_f32(g, t) for t in todo]
-        out = kernel(ttype, np.concatenate(rows), level)
-        at = 0
-        for t, r in zip(todo, rows):
-            size = r.size // BLOCK[ttype] * llamaquant.GGML_TYPES[ttype][2]
-            data[t["name"]] = out[at:at + size]
-            at += size
-    for t in tensors:
-        data.setdefault(t["name"], g.tensor_bytes(t))
-
-    def s(text):
-        b = text.encode()
-        return struct.pack("<Q", len(b)) + b
-
-    kvs = [s(k) + raw for k, _, _, raw in g.kvs
-           if k not in ("general.file_type", "general.quantization_version")]
-    kvs += [s("general.quantization_version") + struct.pack("<II", 4, 2),
-            s("general.file_type") + struct.pack("<II", 4, llamaquant.Q4_K_M)]
-    head = b"GGUF" + struct.pack("<IQQ", 3, len(tensors), len(kvs)) + b"".join(kvs)
-    body = b""
-    for t in tensors:
-        nd = n_dims(t["ne"])
-        head += s(t["name"]) + struct.pack("<I%dQ" % nd, nd, *t["ne"][:nd])
-        head += struct.pack("<IQ", types[t["name"]], len(body))
-        blob = data[t["name"]]
-        body += blob + bytes(-len(blob) % 32)
-    return head + bytes(-len(head) % 32) + body
 
 
 # --- the cases ---
@@ -249,7 +117,7 @@ def check_case(suite, n, arch, dtypes, kw):
     # every level to the portable one)
     levels = kernels_supported() if len(types) < 200 else kernels_supported()[-1:]
     for level in levels:
-        got = rebuild(g, types, level)
+        got = rebuild(g, types, QUANTIZE_ROWS, level)
         eq(len(got), len(want), "size of the rebuilt file (%s)" % level)
         eq(got, want, "the rebuilt file (%s)" % level)
     print("#   %d tensors %s, %d bytes: identical on %s" % (
