@@ -1,7 +1,8 @@
 """An independent writer of model.gguf and model.Q8_0.gguf (docs/MOUNT_LAYOUT.md, "llama.cpp
-views [v3]", and the qwen2 and qwen3 architectures of v4) from the bytes the generator wrote, for the tests: the q/k permutation as
-llama.cpp's converter writes it (a reshape and a swap of axes), Q8_0 as quantize_row_q8_0_ref
-does in NumPy; and a NumPy forward pass of the llama architecture over the same weights."""
+views [v3]", and the qwen2 and qwen3 architectures of v4) from the bytes the generator wrote,
+for the tests: the q/k permutation as llama.cpp's converter writes it (a reshape and a swap of
+axes), Q8_0 as quantize_row_q8_0_ref does in NumPy; and a NumPy forward pass of the llama
+architecture over the same weights."""
 
 import struct
 

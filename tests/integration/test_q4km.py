@@ -7,9 +7,9 @@ of node-llama-cpp (llamaquant.py); the type it gave each tensor must be the rule
 with tbmfs's kernels (q4kmref.rebuild through quantize_rows; on every level the CPU has, the
 best one only for the 80-layer models): the rule's types, the key-values, the tensor order,
 offsets and padding. Rows of 256, of 96 (Q5_0, Q8_0, Q5_1), of 48 and 80 (F16, from F32, F16,
-BF16 and fp64 sources), of 1 (1-D to llama.cpp), 80 layers with and without GQA (llama.cpp's 70B rule: Q5_K), tied and
-untied outputs, 1 to 80 layers; and llama.cpp's refusal of a NaN. Skipped (exit 77) when
-node-llama-cpp is not installed."""
+BF16 and fp64 sources), of 1 (1-D to llama.cpp), 80 layers with and without GQA (llama.cpp's
+70B rule: Q5_K), tied and untied outputs, 1 to 80 layers; and llama.cpp's refusal of a NaN.
+Skipped (exit 77) when node-llama-cpp is not installed."""
 
 import os
 import sys
@@ -140,7 +140,8 @@ def check_refusal(suite):
 def main(suite):
     global gen
     gen = harness.load_gen()
-    suite.case("llama.cpp refuses a model.gguf with a NaN", lambda: check_refusal(suite), timeout=120)
+    suite.case("llama.cpp refuses a model.gguf with a NaN", lambda: check_refusal(suite),
+               timeout=120)
     for n, (title, arch, dtypes, kw) in enumerate(CASES):
         suite.case("Q4_K_M of %s" % title,
                    lambda n=n, a=arch, d=dtypes, k=kw: check_case(suite, n, a, d, k),
