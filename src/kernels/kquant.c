@@ -159,17 +159,19 @@ static float search_scale(const float *x, uint8_t *L)
             continue;
         iscale = -((float)nmax + 0.1f * (float)is) / max;
         sumlx = suml2 = 0;
-        uint8_t trial[TBM_Q6_K_SUB];
         for (int i = 0; i < TBM_Q6_K_SUB; i++) {
             int32_t l = tbm_quant_nearest(iscale * x[i]);
             l = l < -nmax ? -nmax : l > nmax - 1 ? nmax - 1 : l;
-            trial[i] = (uint8_t)(l + nmax);
             float w = x[i] * x[i];
             sumlx += w * x[i] * (float)l;
             suml2 += w * (float)l * (float)l;
         }
         if (suml2 > 0 && sumlx * sumlx > best * suml2) {
-            memcpy(L, trial, TBM_Q6_K_SUB);
+            /* the better trial's quants, computed again (rarely) */
+            for (int i = 0; i < TBM_Q6_K_SUB; i++) {
+                int32_t l = tbm_quant_nearest(iscale * x[i]);
+                L[i] = (uint8_t)((l < -nmax ? -nmax : l > nmax - 1 ? nmax - 1 : l) + nmax);
+            }
             scale = sumlx / suml2;
             best = scale * sumlx;
         }
