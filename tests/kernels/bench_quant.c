@@ -10,11 +10,10 @@
 #include <string.h>
 #include <time.h>
 
+#include "ggml_base.h"
 #include "quant_rows.h"
 #include "tbm/kernels.h"
 
-#define GGML_BASE                                                                                  \
-    "/opt/tbmfs-test/llama/node_modules/@node-llama-cpp/linux-x64/bins/linux-x64/libggml-base.so"
 #define STEP  (64 * 1024)
 #define ELEMS ((size_t)8 * 1024 * 1024)
 #define REPS  5
@@ -72,8 +71,7 @@ int main(void)
                  {14, "quantize_row_q6_K_ref"}, {6, "quantize_row_q5_0_ref"},
                  {7, "quantize_row_q5_1_ref"},  {8, "quantize_row_q8_0_ref"},
                  {1, "ggml_fp32_to_fp16_row"}};
-    const char *path = getenv("TBMFS_GGML_BASE");
-    void *lib = dlopen(path && *path ? path : GGML_BASE, RTLD_NOW | RTLD_LOCAL);
+    void *lib = ggml_base_open();
     float *in = malloc(ELEMS * sizeof(float));
     uint8_t *out = malloc(STEP * sizeof(float));
 

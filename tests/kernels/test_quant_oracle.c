@@ -4,19 +4,18 @@
  * the CPU has, byte for byte on rows of every kind of quant_rows.h (no NaN or infinity, which
  * llama.cpp refuses), rows of 1 to 40 super-blocks; ggml's float32 to F16 conversion on 2^26
  * float32 bit patterns (every rounding case), and its F16 and BF16 to float32 on every 16-bit one
- * against our expansion. Exit 77 (skipped) when node-llama-cpp is not installed (TBMFS_GGML_BASE
- * names another libggml-base.so). */
+ * against our expansion. Exit 77 (skipped) when node-llama-cpp is not installed (TBMFS_LLAMA_DIR
+ * moves it, as for the integration tests). */
 #include <dlfcn.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "ggml_base.h"
 #include "quant_rows.h"
 #include "tbm/kernels.h"
 
-#define GGML_BASE                                                                                  \
-    "/opt/tbmfs-test/llama/node_modules/@node-llama-cpp/linux-x64/bins/linux-x64/libggml-base.so"
 #define MAX_BLOCKS 40 /* super-blocks of 256 per row */
 #define ROWS       2500
 
@@ -173,8 +172,7 @@ static void check_expand(void *lib)
 
 int main(void)
 {
-    const char *path = getenv("TBMFS_GGML_BASE");
-    void *lib = dlopen(path && *path ? path : GGML_BASE, RTLD_NOW | RTLD_LOCAL);
+    void *lib = ggml_base_open();
 
     if (lib == NULL) {
         printf("SKIP quant-oracle: no libggml-base.so of node-llama-cpp (%s); "
