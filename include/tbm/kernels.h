@@ -1,6 +1,6 @@
 /* Compute kernels over memory ranges: dense expansion, masking in place, mask
- * statistics, N:M sparse matmul and Q8_0 quantization. Pure functions (no I/O); each has a
- * portable C reference and AVX2/AVX-512 paths that must match it bit for bit. */
+ * statistics, N:M sparse matmul and the quantizations of the GGUF files. Pure functions (no I/O);
+ * each has a portable C reference and AVX2/AVX-512 paths that must match it bit for bit. */
 #ifndef TBM_KERNELS_H
 #define TBM_KERNELS_H
 
@@ -114,5 +114,48 @@ void tbm_spmm(enum tbm_isa isa, const struct tbm_nm_matrix *w, const float *x, u
  * to nearest even. A block holding a NaN or an infinity gets d = 0x7E00 (the
  * F16 quiet NaN) and every q 0. Any alignment; x and out do not overlap. */
 void tbm_q8_0_quantize(enum tbm_isa isa, const float *x, size_t blocks, uint8_t *out);
+
+/* The types of llama.cpp's Q4_K_M mixture and its fall-backs (model.Q4_K_M.gguf), each as
+ * llama.cpp's reference quantizer of the type writes it (quantize_row_<type>_ref of its
+ * ggml-quants.c, release v0.4.0): the same float operations in the same order, so the same
+ * bytes. x holds blocks whole blocks of float32 (a k-quant's block is a 256-element
+ * super-block, a row's elements in order) and out receives blocks * <TYPE>_BYTES bytes; any
+ * alignment, no overlap. A block (super-block) holding a NaN or an infinity, which llama.cpp
+ * refuses, has every byte 0 but its F16 scale d, the quiet NaN 0x7E00 (docs/MOUNT_LAYOUT.md,
+ * "model.Q4_K_M.gguf"). Every level writes the same bytes. */
+#define TBM_QK_K       256 /* elements of a k-quant super-block */
+#define TBM_Q4_K_BYTES 144 /* d, dmin (F16), 12 bytes of 6-bit scales and mins, 128 of nibbles */
+#define TBM_Q5_K_BYTES 176 /* d, dmin, 12 of scales and mins, 32 of fifth bits, 128 of nibbles */
+#define TBM_Q6_K_BYTES 210 /* 128 of low nibbles, 64 of high bit pairs, 16 int8 scales, d */
+#define TBM_Q5_0_ELEMS 32
+#define TBM_Q5_0_BYTES 22 /* d, 4 bytes of fifth bits, 16 of nibbles */
+#define TBM_Q5_1_ELEMS 32
+#define TBM_Q5_1_BYTES 24 /* d, m (the block's minimum), 4 of fifth bits, 16 of nibbles */
+
+void tbm_q4_k_quantize(enum tbm_isa isa, const float *x, size_t blocks, uint8_t *out);
+void tbm_q5_k_quantize(enum tbm_isa isa, const float *x, size_t blocks, uint8_t *out);
+void tbm_q6_k_quantize(enum tbm_isa isa, const float *x, size_t blocks, uint8_t *out);
+void tbm_q5_0_quantize(enum tbm_isa isa, const float *x, size_t blocks, uint8_t *out);
+void tbm_q5_1_quantize(enum tbm_isa isa, const float *x, size_t blocks, uint8_t *out);
+
+/* count float32 values at x as F16 at out (2 bytes each, little-endian), as llama.cpp's
+ * ggml_fp32_to_fp16_row writes them (its F16 fall-back): rounded to nearest even, too large
+ * for F16 becomes infinity, and a NaN becomes the quiet NaN 0x7E00 with its sign. */
+void tbm_f16_quantize(enum tbm_isa isa, const float *x, size_t count, uint8_t *out);
+
+/* A GGUF tensor type computed from float32 rows: its ggml type code, llama.cpp's name for it,
+ * the elements and bytes of one block (F16: 1 and 2), and its quantizer, called with a count
+ * of whole blocks. */
+struct tbm_quant {
+    uint32_t ggml_type;
+    const char *name;
+    uint32_t block_elems;
+    uint32_t block_bytes;
+    void (*quantize)(enum tbm_isa isa, const float *x, size_t blocks, uint8_t *out);
+};
+
+/* The type of ggml type code ggml_type: F16 (1), Q5_0 (6), Q5_1 (7), Q8_0 (8), Q4_K (12),
+ * Q5_K (13) or Q6_K (14); NULL for any other. */
+const struct tbm_quant *tbm_quant_find(uint32_t ggml_type);
 
 #endif

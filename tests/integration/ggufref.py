@@ -1,7 +1,8 @@
 """An independent writer of model.gguf and model.Q8_0.gguf (docs/MOUNT_LAYOUT.md, "llama.cpp
-views [v3]") from the bytes the generator wrote, for the tests: the q/k permutation as
-llama.cpp's converter writes it (a reshape and a swap of axes), Q8_0 as quantize_row_q8_0_ref
-does in NumPy; and a NumPy forward pass of the llama architecture over the same weights."""
+views [v3]", and the qwen2 and qwen3 architectures of v4) from the bytes the generator wrote,
+for the tests: the q/k permutation as llama.cpp's converter writes it (a reshape and a swap of
+axes), Q8_0 as quantize_row_q8_0_ref does in NumPy; and a NumPy forward pass of the llama
+architecture over the same weights."""
 
 import struct
 
@@ -18,15 +19,38 @@ LAYER = {"input_layernorm.weight": "attn_norm.weight", "self_attn.q_proj.weight"
          "post_attention_layernorm.weight": "ffn_norm.weight",
          "mlp.gate_proj.weight": "ffn_gate.weight", "mlp.up_proj.weight": "ffn_up.weight",
          "mlp.down_proj.weight": "ffn_down.weight"}
+# [v4] what qwen2 and qwen3 add per layer
+LAYER_EXTRA = {"qwen2": {"self_attn.q_proj.bias": "attn_q.bias",
+                         "self_attn.k_proj.bias": "attn_k.bias",
+                         "self_attn.v_proj.bias": "attn_v.bias"},
+               "qwen3": {"self_attn.q_norm.weight": "attn_q_norm.weight",
+                         "self_attn.k_norm.weight": "attn_k_norm.weight"}}
 
 
-def gguf_names(layers):
-    """{true name: (GGUF name, permuted heads key or None)} of every name llama.cpp expects."""
+def gguf_arch(arch):
+    """general.architecture of a model of architecture arch (any case): mistral is llama."""
+    a = arch.lower()
+    return "llama" if a == "mistral" else a
+
+
+def layer_names(arch):
+    return dict(LAYER, **LAYER_EXTRA.get(gguf_arch(arch), {}))
+
+
+def head_size(config, arch):
+    hd = config.get("head_dim")
+    return hd if gguf_arch(arch) == "qwen3" and hd else config["hidden_size"] // config["num_heads"]
+
+
+def gguf_names(layers, arch="llama"):
+    """{true name: (GGUF name, permuted heads key or None)} of every name llama.cpp expects
+    (only llama's q and k rows are permuted)."""
     out = {hf: (g, None) for hf, g in TOP.items()}
     out.update({g: (g, None) for g in TOP.values()})
+    permuted = gguf_arch(arch) == "llama"
     for n in range(layers):
-        for hf, g in LAYER.items():
-            key = {"attn_q.weight": "q", "attn_k.weight": "k"}.get(g)
+        for hf, g in layer_names(arch).items():
+            key = {"attn_q.weight": "q", "attn_k.weight": "k"}.get(g) if permuted else None
             out["model.layers.%d.%s" % (n, hf)] = ("blk.%d.%s" % (n, g), key)
             out["blk.%d.%s" % (n, g)] = ("blk.%d.%s" % (n, g), None)
     return out
@@ -113,11 +137,11 @@ class Tensor:
         return [self.shape[1], self.shape[0]] if self.matrix else [self.shape[0]]
 
 
-def layout(expects, config):
+def layout(expects, config, arch="llama"):
     """(tensors that go in, true names left out) per the contract, or None when the model
     cannot be a GGUF."""
     layers = config["num_layers"]
-    names = gguf_names(layers)
+    names = gguf_names(layers, arch)
     heads = {"q": config["num_heads"], "k": config.get("num_kv_heads", config["num_heads"])}
     taken, omitted = [], []
     seen = set()
@@ -129,18 +153,18 @@ def layout(expects, config):
         if gname in seen or e.problem:
             return None
         seen.add(gname)
-        matrix = not gname.endswith("norm.weight")
+        matrix = not gname.endswith("norm.weight") and not gname.endswith(".bias")
         taken.append(Tensor(e, gname, heads[key] if key else 0, matrix))
     need = {"token_embd.weight", "output_norm.weight"}
-    need |= {"blk.%d.%s" % (n, g) for n in range(layers) for g in LAYER.values()}
+    need |= {"blk.%d.%s" % (n, g) for n in range(layers) for g in layer_names(arch).values()}
     if not need <= seen:
         return None
     return taken, omitted
 
 
-def write(expects, config, name, q8):
+def write(expects, config, name, q8, arch="llama"):
     """The bytes of model.gguf (q8 False) or model.Q8_0.gguf of the model, or None."""
-    lay = layout(expects, config)
+    lay = layout(expects, config, arch)
     if lay is None:
         return None
     taken, omitted = lay
@@ -150,24 +174,28 @@ def write(expects, config, name, q8):
         if t.matrix:
             counts[t.native_type] += t.shape[0] * t.shape[1]
     native_ft = max([(counts[F32], 0, 0), (counts[F16], -1, 1), (counts[BF16], -32, 32)])[2]
+    a = gguf_arch(arch)
     kvs = [
-        _kv("general.architecture", 8, _kv_str("llama")),
+        _kv("general.architecture", 8, _kv_str(a)),
         _kv("general.name", 8, _kv_str(name)),
         _kv("general.alignment", 4, struct.pack("<I", 32)),
         _kv("general.file_type", 4, struct.pack("<I", 7 if q8 else native_ft)),
     ]
     if q8:
         kvs.append(_kv("general.quantization_version", 4, struct.pack("<I", 2)))
-    u32 = [("llama.context_length", c.get("max_seq_len", 2048)),
-           ("llama.embedding_length", c["hidden_size"]), ("llama.block_count", c["num_layers"]),
-           ("llama.feed_forward_length", c["intermediate_size"]),
-           ("llama.attention.head_count", c["num_heads"]),
-           ("llama.attention.head_count_kv", c.get("num_kv_heads", c["num_heads"])),
-           ("llama.rope.dimension_count", c["hidden_size"] // c["num_heads"]),
-           ("llama.vocab_size", c["vocab_size"])]
-    kvs += [_kv(k, 4, struct.pack("<I", v)) for k, v in u32]
-    kvs += [_kv("llama.rope.freq_base", 6, struct.pack("<f", c.get("rope_theta", 10000.0))),
-            _kv("llama.attention.layer_norm_rms_epsilon", 6,
+    hd = head_size(c, arch)
+    u32 = [("context_length", c.get("max_seq_len", 2048)),
+           ("embedding_length", c["hidden_size"]), ("block_count", c["num_layers"]),
+           ("feed_forward_length", c["intermediate_size"]),
+           ("attention.head_count", c["num_heads"]),
+           ("attention.head_count_kv", c.get("num_kv_heads", c["num_heads"])),
+           ("rope.dimension_count", hd)]
+    if a == "qwen3":
+        u32 += [("attention.key_length", hd), ("attention.value_length", hd)]
+    u32.append(("vocab_size", c["vocab_size"]))
+    kvs += [_kv(a + "." + k, 4, struct.pack("<I", v)) for k, v in u32]
+    kvs += [_kv(a + ".rope.freq_base", 6, struct.pack("<f", c.get("rope_theta", 10000.0))),
+            _kv(a + ".attention.layer_norm_rms_epsilon", 6,
                 struct.pack("<f", c.get("norm_eps", 1e-5))),
             _kv("tokenizer.ggml.model", 8, _kv_str("none")),
             _kv("tbmfs.omitted", 9, struct.pack("<IQ", 8, len(omitted))
@@ -274,29 +302,39 @@ def forward(weights, config, tokens, types=None):
 
 def llama_model(gen, dtypes, *, hidden=64, heads=4, kv_heads=2, layers=2, inter=80, vocab=96,
                 lm_head=True, scale=0.3, seed=0, names=None, extra=(), config_extra=None,
-                prune=True):
+                prune=True, arch="llama", head_dim=None):
     """(tensors, config) of a small llama model for the tests: dtypes maps "embed", "norm",
     "q", "k", "v", "o", "mlp", "head" to a precision; the projections 2:4, the rest dense;
     values large enough that attention and the q/k order matter. names renames tensors
     (true name -> stored name); extra tensors are appended. prune=False keeps the values of
-    pruned elements stored (the mask must then zero them)."""
-    hd = hidden // heads
+    pruned elements stored (the mask must then zero them). arch "qwen2" adds the q, k, v
+    biases, "qwen3" the q and k norms (head_dim, when given, is the config's)."""
+    hd = head_dim or hidden // heads
     config = {"hidden_size": hidden, "num_heads": heads, "num_kv_heads": kv_heads,
               "intermediate_size": inter, "vocab_size": vocab, "num_layers": layers,
               "max_seq_len": 512, "norm_eps": 1e-5, "rope_theta": 10000.0}
+    if head_dim:
+        config["head_dim"] = head_dim
     config.update(config_extra or {})
+    a = gguf_arch(arch)
     specs = [("model.embed_tokens.weight", [vocab, hidden], "embed", (0, 0), 1.0)]
     for i in range(layers):
         p = "model.layers.%d." % i
         specs += [(p + "input_layernorm.weight", [hidden], "norm", (0, 0), None),
-                  (p + "self_attn.q_proj.weight", [hidden, hidden], "q", (2, 4), scale),
+                  (p + "self_attn.q_proj.weight", [heads * hd, hidden], "q", (2, 4), scale),
                   (p + "self_attn.k_proj.weight", [kv_heads * hd, hidden], "k", (2, 4), scale),
                   (p + "self_attn.v_proj.weight", [kv_heads * hd, hidden], "v", (2, 4), scale),
-                  (p + "self_attn.o_proj.weight", [hidden, hidden], "o", (2, 4), scale),
+                  (p + "self_attn.o_proj.weight", [hidden, heads * hd], "o", (2, 4), scale),
                   (p + "post_attention_layernorm.weight", [hidden], "norm", (0, 0), None),
                   (p + "mlp.gate_proj.weight", [inter, hidden], "mlp", (2, 4), scale),
                   (p + "mlp.up_proj.weight", [inter, hidden], "mlp", (2, 4), scale),
                   (p + "mlp.down_proj.weight", [hidden, inter], "mlp", (2, 4), scale)]
+        if a == "qwen2":
+            specs += [(p + "self_attn.%s_proj.bias" % k, [n * hd], "norm", (0, 0), scale)
+                      for k, n in (("q", heads), ("k", kv_heads), ("v", kv_heads))]
+        if a == "qwen3":
+            specs += [(p + "self_attn.%s_norm.weight" % k, [hd], "norm", (0, 0), None)
+                      for k in "qk"]
     specs.append(("model.norm.weight", [hidden], "norm", (0, 0), None))
     if lm_head:
         specs.append(("lm_head.weight", [vocab, hidden], "head", (2, 4), scale))
