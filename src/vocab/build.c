@@ -668,6 +668,38 @@ static int set_scores(struct build *b)
     return 0;
 }
 
+/* llama kind: an added token that is not special is written with its U+2581
+ * as spaces, as llama.cpp's converter writes it: llama.cpp finds such a
+ * token in the raw text (where a space is a space) and decodes it as it is,
+ * while the tokenizer writes spaces as U+2581 before looking, and decodes
+ * U+2581 as a space (Gemma's runs of spaces are such tokens). The texts only
+ * shrink, so the arena is rewritten in place, front to back. Returns whether
+ * any text changed. */
+static bool respace_user_defined(struct tbm_vocab *v)
+{
+    static const char space[] = LOWER_ONE_EIGHTH;
+    size_t to = 0;
+    bool changed = false;
+
+    for (uint32_t id = 0; id < v->n_tokens; id++) {
+        size_t from = v->off[id], end = v->off[id + 1];
+        v->off[id] = (uint32_t)to;
+        while (from < end) {
+            if (v->type[id] == TBM_TOKEN_USER_DEFINED && end - from >= 3 &&
+                memcmp(v->text + from, space, 3) == 0) {
+                v->text[to++] = ' ';
+                from += 3;
+                changed = true;
+            } else {
+                v->text[to++] = v->text[from++];
+            }
+        }
+    }
+    v->off[v->n_tokens] = (uint32_t)to;
+    v->text_len = to;
+    return changed;
+}
+
 /* gpt2 kind: the merges as llama.cpp reads them, split at the first space
  * after the first byte. */
 static int keep_merges(struct build *b, char **why)
@@ -794,11 +826,19 @@ static int assemble(struct build *b, const struct tbm_tokenizer_files *files, ui
         return r;
     set_types(b);
     set_specials(b);
-    if (v->kind == TBM_VOCAB_LLAMA)
-        r = set_scores(b);
-    else
-        r = keep_merges(b, why);
-    return r < 0 ? r : keep_template(b);
+    if (v->kind == TBM_VOCAB_LLAMA) {
+        if ((r = set_scores(b)) < 0)
+            return r;
+        if (respace_user_defined(v)) {
+            /* what is written must still name each id once */
+            memset(b->map.slot, 0, (b->map.mask + 1) * sizeof(*b->map.slot));
+            if ((r = check_unique(v, &b->map, why)) < 0)
+                return r;
+        }
+    } else if ((r = keep_merges(b, why)) < 0) {
+        return r;
+    }
+    return keep_template(b);
 }
 
 int tbm_vocab_build(const struct tbm_tokenizer_files *files, uint64_t vocab_size,
