@@ -20,6 +20,7 @@ struct walker {
     struct json_tokener *tok;
     const struct tj_sink *sink;
     const char *err; /* what failed, at byte at */
+    bool twice;      /* it is a key given twice, not a syntax error */
     size_t at;
     int status; /* a sink's failure */
 };
@@ -97,6 +98,8 @@ static bool next(struct walker *w, char c, bool *more)
         *more = false;
         return true;
     }
+    if (w->pos >= w->len)
+        return failed(w, "JSON ends early", w->len);
     return failed(w, c == '}' ? "expected ',' or '}'" : "expected ',' or ']'", w->pos);
 }
 
@@ -132,7 +135,8 @@ static bool add_member(struct walker *w, struct json_object *obj, struct json_ob
     /* a key given twice would leave which one counts to the reader */
     if (json_object_object_get_ex(obj, name, NULL)) {
         json_object_put(v);
-        return failed(w, "a key appears twice in one object", at);
+        w->twice = true;
+        return failed(w, "a key twice in one object", at);
     }
     if (json_object_object_add(obj, name, v) != 0) {
         json_object_put(v);
@@ -232,8 +236,10 @@ static bool walk_object(struct walker *w, struct json_object *obj, bool root, st
         }
         if (seen) {
             json_object_put(k);
-            if (*seen)
-                return failed(w, "a key appears twice in one object", at);
+            if (*seen) {
+                w->twice = true;
+                return failed(w, "a key twice in one object", at);
+            }
             *seen = true;
             if (!(seen == &out->has_vocab ? walk_vocab(w) : walk_merges(w)))
                 return false;
@@ -276,8 +282,8 @@ int tj_walk(const char *buf, size_t len, const struct tj_sink *sink, struct tj_p
     } else if (w.err) {
         size_t line, column;
         tbm_json_position(buf, w.at, &line, &column);
-        if (asprintf(why, "tokenizer.json is not valid JSON: %s at byte %zu (line %zu, column %zu)",
-                     w.err, w.at, line, column) < 0)
+        if (asprintf(why, "tokenizer.json %s%s at byte %zu (line %zu, column %zu)",
+                     w.twice ? "has " : "is not valid JSON: ", w.err, w.at, line, column) < 0)
             *why = NULL;
         r = *why ? TBM_ERR_SOURCE : TBM_ERR_NOMEM;
     }
