@@ -382,7 +382,7 @@ static void test_add_bos_rules(void **state)
         "\"post_processor\": {\"type\": \"Sequence\", \"processors\": [{\"type\": \"ByteLevel\"}, "
         "{\"type\": \"TemplateProcessing\", \"single\": [{\"SpecialToken\": {\"id\": "
         "\"<|end|>\"}}, {\"Sequence\": {\"id\": \"A\"}}]}]},";
-    char json[4096];
+    char json[8192];
 
     (void)state;
     snprintf(json, sizeof json, "%s",
@@ -485,7 +485,7 @@ static void test_starcoder_and_smollm(void **state)
 static void test_unusable_reasons(void **state)
 {
     const char *gpt2 = gpt2_json(BYTE_LEVEL, "[]", NULL);
-    char json[4096];
+    char json[8192];
 
     (void)state;
     expect_unusable(gpt2, NULL, 7, "tokenizer.json has 8 tokens, vocab_size is 7");
