@@ -259,7 +259,7 @@ def forward(weights, config, tokens, types=None, arch="llama"):
     types (GGUF name -> type) rounds each product's activations as llama.cpp does for that
     type."""
     c = config
-    hidden, heads = c["hidden_size"], c["num_heads"]
+    heads = c["num_heads"]
     kv = c.get("num_kv_heads", heads)
     hd, eps = head_dim(c, arch), c.get("norm_eps", 1e-5)
     theta = c.get("rope_theta", 10000.0)
@@ -339,16 +339,21 @@ def llama_model(gen, dtypes, *, hidden=64, heads=4, kv_heads=2, layers=2, inter=
     specs.append(("model.norm.weight", [hidden], "norm", (0, 0), None))
     if lm_head:
         specs.append(("lm_head.weight", [vocab, hidden], "head", (2, 4), scale))
+    return _make_tensors(gen, specs, dtypes, seed, prune, 0x99, names) + list(extra), config
+
+
+def _make_tensors(gen, specs, dtypes, seed, prune, salt, names=None):
+    """The tensors of specs (name, shape, kind, nm, scale: None for a norm's values near 1)."""
     tensors = []
     for k, (name, shape, kind, nm, sc) in enumerate(specs):
-        rng = np.random.default_rng([seed, k, 0x99])
+        rng = np.random.default_rng([seed, k, salt])
         n = int(np.prod(shape))
         values = (1.0 + 0.1 * rng.standard_normal(n) if sc is None
                   else rng.standard_normal(n) * sc)
         name = (names or {}).get(name, name)
         tensors.append(gen.make_tensor(name, shape, dtypes[kind], nm, seed * 1000 + k,
                                        values=values, prune=prune))
-    return tensors + list(extra), config
+    return tensors
 
 
 
@@ -384,15 +389,7 @@ def qwen_model(gen, arch, dtypes, *, hidden=64, heads=4, kv_heads=2, hd=None, la
     specs.append(("model.norm.weight", [hidden], "norm", (0, 0), None))
     if lm_head:
         specs.append(("lm_head.weight", [vocab, hidden], "head", (2, 4), scale))
-    tensors = []
-    for k, (name, shape, kind, nm, sc) in enumerate(specs):
-        rng = np.random.default_rng([seed, k, 0x9E])
-        n = int(np.prod(shape))
-        values = (1.0 + 0.1 * rng.standard_normal(n) if sc is None
-                  else rng.standard_normal(n) * sc)
-        tensors.append(gen.make_tensor(name, shape, dtypes[kind], nm, seed * 1000 + k,
-                                       values=values, prune=prune))
-    return tensors, config
+    return _make_tensors(gen, specs, dtypes, seed, prune, 0x9E), config
 
 # ---- The vocabulary (contract v4, "Vocabulary [v4]"): an independent reading of a tokenizer
 # directory into the GGUF key-values, for the tests. ----

@@ -6,9 +6,7 @@ hidden_size / num_heads, GQA, with and without lm_head, fp32, fp16 and bf16) loa
 (node-llama-cpp), whose next-token log-probabilities match ggufref.forward, the NumPy forward
 pass of each architecture. Skipped (exit 77) when node-llama-cpp is not installed."""
 
-import json
 import os
-import subprocess
 import sys
 
 import numpy as np
@@ -17,27 +15,13 @@ import ggufref
 import harness
 import models
 from harness import check, run
+from test_llama import TOKENS, llama
 
 LLAMA_DIR = os.environ.get("TBMFS_LLAMA_DIR", "/opt/tbmfs-test/llama")
-EVAL = os.path.join(os.path.dirname(os.path.abspath(__file__)), "llama_eval.mjs")
-TOKENS = [1, 17, 42, 5, 88, 3, 60, 29]
 # As in test_llama.py: llama.cpp computes in float32, the reference in float64; F16 weights go
 # through ggml's sgemm with float32 activations summed in another order.
 TOLERANCE = {"fp32": 1e-4, "bf16": 1e-3, "fp16": 0.05}
 gen = None
-
-
-def llama(path):
-    p = subprocess.run(["node", EVAL, LLAMA_DIR, path] + [str(t) for t in TOKENS],
-                       capture_output=True, timeout=120, stdin=subprocess.DEVNULL)
-    check(p.returncode == 0, "llama.cpp exit %d: %s" % (p.returncode,
-                                                        p.stderr.decode(errors="replace")[-600:]))
-    rows = json.loads(p.stdout)["logprobs"]
-    out = np.full((len(rows), max(int(k) for r in rows for k in r) + 1), -np.inf)
-    for i, r in enumerate(rows):
-        for k, lp in r.items():
-            out[i, int(k)] = lp
-    return out
 
 
 def compare(suite, arch, kind, tensors, config, name):

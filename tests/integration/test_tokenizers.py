@@ -20,7 +20,7 @@ import unicodedata
 import ggufref
 import harness
 import models
-from harness import Failure, check, eq, run
+from harness import check, eq, run
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 LLAMA_DIR = os.environ.get("TBMFS_LLAMA_DIR", "/opt/tbmfs-test/llama")
