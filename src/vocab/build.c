@@ -722,8 +722,9 @@ static int keep_merges(struct build *b, char **why)
         v->merge_off[r] = at[r].off;
     v->merge_off[nm] = (uint32_t)b->g.merges.len;
     v->n_merges = (uint32_t)nm;
-    /* the gathered texts become the vocabulary's own */
-    v->merges = b->g.merges.p;
+    /* the gathered texts become the vocabulary's own, without the room they grew into */
+    char *shrunk = realloc(b->g.merges.p, b->g.merges.len ? b->g.merges.len : 1);
+    v->merges = shrunk ? shrunk : b->g.merges.p;
     b->g.merges.p = NULL;
     return 0;
 }
