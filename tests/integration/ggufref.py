@@ -4,6 +4,9 @@ for the tests: the q/k permutation as llama.cpp's converter writes it (a reshape
 axes), Q8_0 as quantize_row_q8_0_ref does in NumPy; and a NumPy forward pass of the llama
 architecture over the same weights."""
 
+import json
+import os
+import re
 import struct
 
 import numpy as np
@@ -162,8 +165,9 @@ def layout(expects, config, arch="llama"):
     return taken, omitted
 
 
-def write(expects, config, name, q8, arch="llama"):
-    """The bytes of model.gguf (q8 False) or model.Q8_0.gguf of the model, or None."""
+def write(expects, config, name, q8, arch="llama", vocab=None):
+    """The bytes of model.gguf (q8 False) or model.Q8_0.gguf of the model, or None; arch its
+    architecture (any case), vocab the vocabulary's key-values (vocab_kvs) or None for "none"."""
     lay = layout(expects, config, arch)
     if lay is None:
         return None
@@ -197,8 +201,9 @@ def write(expects, config, name, q8, arch="llama"):
     kvs += [_kv(a + ".rope.freq_base", 6, struct.pack("<f", c.get("rope_theta", 10000.0))),
             _kv(a + ".attention.layer_norm_rms_epsilon", 6,
                 struct.pack("<f", c.get("norm_eps", 1e-5))),
-            _kv("tokenizer.ggml.model", 8, _kv_str("none")),
-            _kv("tbmfs.omitted", 9, struct.pack("<IQ", 8, len(omitted))
+            ]
+    kvs += vocab if vocab is not None else [_kv("tokenizer.ggml.model", 8, _kv_str("none"))]
+    kvs += [_kv("tbmfs.omitted", 9, struct.pack("<IQ", 8, len(omitted))
                 + b"".join(_kv_str(n) for n in omitted))]
     head = b"GGUF" + struct.pack("<IQQ", 3, len(taken), len(kvs)) + b"".join(kvs)
     data = b""
@@ -212,11 +217,11 @@ def write(expects, config, name, q8, arch="llama"):
     return head + data
 
 
-def weights_of(expects, config, q8):
+def weights_of(expects, config, q8, arch="llama"):
     """({GGUF name: float64 array}, {GGUF name: GGUF type}) as llama.cpp computes with them:
     rows in Hugging Face's order (the reference applies rotary embeddings as Hugging Face
     does), Q8_0 ones dequantized."""
-    taken, _ = layout(expects, config)
+    taken, _ = layout(expects, config, arch)
     weights, types = {}, {}
     for t in taken:
         w = dequantize_q8_0(t.q8, t.shape) if q8 and t.q8_type == Q8_0 else t.f32
@@ -251,14 +256,16 @@ def unpermute(w, heads):
             .swapaxes(1, 2).reshape(w.shape))
 
 
-def forward(weights, config, tokens, types=None):
+def forward(weights, config, tokens, types=None, arch="llama"):
     """Log-probabilities of the next token after each position (float64 numpy, llama with
-    Hugging Face's rotary embedding, RMS norm, SwiGLU, grouped-query attention). types (GGUF
-    name -> type) rounds each product's activations as llama.cpp does for that type."""
+    Hugging Face's rotary embedding, RMS norm, SwiGLU, grouped-query attention; qwen2's q/k/v
+    biases, qwen3's RMS norms of each head of q and k before the rotation and its head_dim).
+    types (GGUF name -> type) rounds each product's activations as llama.cpp does for that
+    type."""
     c = config
-    hidden, heads = c["hidden_size"], c["num_heads"]
+    heads = c["num_heads"]
     kv = c.get("num_kv_heads", heads)
-    hd, eps = hidden // heads, c.get("norm_eps", 1e-5)
+    hd, eps = head_size(c, arch), c.get("norm_eps", 1e-5)
     theta = c.get("rope_theta", 10000.0)
     n = len(tokens)
 
@@ -276,20 +283,28 @@ def forward(weights, config, tokens, types=None):
     def mul(x, name):
         return as_operand(x, (types or {}).get(name, F32)) @ weights[name].T
 
+    def proj(h, b, w, count):
+        """q, k or v of h: (n, count, hd), with its bias (qwen2) and head norm (qwen3)."""
+        y = mul(h, b + "attn_%s.weight" % w)
+        if b + "attn_%s.bias" % w in weights:
+            y = y + weights[b + "attn_%s.bias" % w]
+        y = y.reshape(n, count, hd)
+        if b + "attn_%s_norm.weight" % w in weights:
+            y = norm(y, weights[b + "attn_%s_norm.weight" % w])
+        return y
+
     x = weights["token_embd.weight"][tokens]
     for layer in range(c["num_layers"]):
         b = "blk.%d." % layer
         h = norm(x, weights[b + "attn_norm.weight"])
-        q = rope(mul(h, b + "attn_q.weight").reshape(n, heads, hd))
-        k = rope(mul(h, b + "attn_k.weight").reshape(n, kv, hd))
-        v = mul(h, b + "attn_v.weight").reshape(n, kv, hd)
+        q, k, v = rope(proj(h, b, "q", heads)), rope(proj(h, b, "k", kv)), proj(h, b, "v", kv)
         rep = heads // kv
         k, v = np.repeat(k, rep, axis=1), np.repeat(v, rep, axis=1)
         s = np.einsum("qhd,khd->hqk", q, k) / np.sqrt(hd)
         s = s + np.triu(np.full((n, n), -np.inf), 1)[None]
         p = np.exp(s - s.max(axis=-1, keepdims=True))
         p /= p.sum(axis=-1, keepdims=True)
-        a = np.einsum("hqk,khd->qhd", p, v).reshape(n, hidden)
+        a = np.einsum("hqk,khd->qhd", p, v).reshape(n, heads * hd)
         x = x + mul(a, b + "attn_output.weight")
         h = norm(x, weights[b + "ffn_norm.weight"])
         g = mul(h, b + "ffn_gate.weight")
@@ -338,13 +353,307 @@ def llama_model(gen, dtypes, *, hidden=64, heads=4, kv_heads=2, layers=2, inter=
     specs.append(("model.norm.weight", [hidden], "norm", (0, 0), None))
     if lm_head:
         specs.append(("lm_head.weight", [vocab, hidden], "head", (2, 4), scale))
+    return _make_tensors(gen, specs, dtypes, seed, prune, 0x99, names) + list(extra), config
+
+
+def _make_tensors(gen, specs, dtypes, seed, prune, salt, names=None):
+    """The tensors of specs (name, shape, kind, nm, scale: None for a norm's values near 1)."""
     tensors = []
     for k, (name, shape, kind, nm, sc) in enumerate(specs):
-        rng = np.random.default_rng([seed, k, 0x99])
+        rng = np.random.default_rng([seed, k, salt])
         n = int(np.prod(shape))
         values = (1.0 + 0.1 * rng.standard_normal(n) if sc is None
                   else rng.standard_normal(n) * sc)
         name = (names or {}).get(name, name)
         tensors.append(gen.make_tensor(name, shape, dtypes[kind], nm, seed * 1000 + k,
                                        values=values, prune=prune))
-    return tensors + list(extra), config
+    return tensors
+
+
+
+def qwen_model(gen, arch, dtypes, *, hidden=64, heads=4, kv_heads=2, hd=None, layers=2,
+               inter=80, vocab=96, lm_head=True, scale=0.3, seed=0, prune=True):
+    """(tensors, config) of a small qwen2 or qwen3 model for the tests, as llama_model: qwen2
+    with q/k/v biases, qwen3 with q/k head norms and head_dim hd (config "head_dim" when given,
+    which need not be hidden / heads)."""
+    hd = hd or hidden // heads
+    config = {"hidden_size": hidden, "num_heads": heads, "num_kv_heads": kv_heads,
+              "intermediate_size": inter, "vocab_size": vocab, "num_layers": layers,
+              "max_seq_len": 512, "norm_eps": 1e-6, "rope_theta": 1000000.0}
+    if arch == "qwen3" and hd != hidden // heads:
+        config["head_dim"] = hd
+    specs = [("model.embed_tokens.weight", [vocab, hidden], "embed", (0, 0), 1.0)]
+    for i in range(layers):
+        p = "model.layers.%d." % i
+        specs += [(p + "input_layernorm.weight", [hidden], "norm", (0, 0), None),
+                  (p + "self_attn.q_proj.weight", [heads * hd, hidden], "q", (2, 4), scale),
+                  (p + "self_attn.k_proj.weight", [kv_heads * hd, hidden], "k", (2, 4), scale),
+                  (p + "self_attn.v_proj.weight", [kv_heads * hd, hidden], "v", (2, 4), scale),
+                  (p + "self_attn.o_proj.weight", [hidden, heads * hd], "o", (2, 4), scale)]
+        if arch == "qwen2":
+            specs += [(p + "self_attn.%s_proj.bias" % w, [n * hd], "norm", (0, 0), 0.5)
+                      for w, n in (("q", heads), ("k", kv_heads), ("v", kv_heads))]
+        else:
+            specs += [(p + "self_attn.%s_norm.weight" % w, [hd], "norm", (0, 0), None)
+                      for w in ("q", "k")]
+        specs += [(p + "post_attention_layernorm.weight", [hidden], "norm", (0, 0), None),
+                  (p + "mlp.gate_proj.weight", [inter, hidden], "mlp", (2, 4), scale),
+                  (p + "mlp.up_proj.weight", [inter, hidden], "mlp", (2, 4), scale),
+                  (p + "mlp.down_proj.weight", [hidden, inter], "mlp", (2, 4), scale)]
+    specs.append(("model.norm.weight", [hidden], "norm", (0, 0), None))
+    if lm_head:
+        specs.append(("lm_head.weight", [vocab, hidden], "head", (2, 4), scale))
+    return _make_tensors(gen, specs, dtypes, seed, prune, 0x9E), config
+
+# ---- The vocabulary (contract v4, "Vocabulary [v4]"): an independent reading of a tokenizer
+# directory into the GGUF key-values, for the tests. ----
+
+# The splits each llama.cpp pre-tokenizer stands for (src/llama-vocab.cpp of its release
+# v0.4.0), as Hugging Face writes them in tokenizer.json; with llama.cpp's ignore_merges and
+# clean_spaces for the name, and whether every character falls in a match of each regex.
+_GPT2_RE = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"
+_CONTR = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)"
+_UP, _LO = r"[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]", r"[\p{Ll}\p{Lm}\p{Lo}\p{M}]"
+_LLAMA3_RE = (_CONTR + r"|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+              r"|\s*[\r\n]+|\s+(?!\S)|\s+")
+_QWEN2_RE = (_CONTR + r"|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+             r"|\s*[\r\n]+|\s+(?!\S)|\s+")
+_QWEN35_RE = (_CONTR + r"|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}| ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*"
+              r"|\s*[\r\n]+|\s+(?!\S)|\s+")
+_GPT4O_RE = (r"[^\r\n\p{L}\p{N}]?" + _UP + "*" + _LO + "+" + _CONTR + r"?|[^\r\n\p{L}\p{N}]?"
+             + _UP + "+" + _LO + "*" + _CONTR + r"?|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*"
+             r"|\s*[\r\n]+|\s+(?!\S)|\s+")
+_TEKKEN_RE = (r"[^\r\n\p{L}\p{N}]?" + _UP + "*" + _LO + r"+|[^\r\n\p{L}\p{N}]?" + _UP + "+"
+              + _LO + r"*|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+_DS3_RE = ("[!\"#$%&'()*+,\\-./:;<=>?@\\[\\\\\\]^_`{|}~][A-Za-z]+|[^\r\n\\p{L}\\p{P}\\p{S}]?"
+           "[\\p{L}\\p{M}]+| ?[\\p{P}\\p{S}]+[\r\n]*|\\s*[\r\n]+|\\s+(?!\\S)|\\s+")
+_SEED_RE = (_CONTR + "|[^\r\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1}| ?[^\\s\\p{L}\\p{N}\r\n]+"
+            "|\\s*[\r\n]+|\\s+(?!\\S)|\\s+")
+PRETOKENIZERS = [  # (name, splits, ignore_merges, clean_spaces, total)
+    ("gpt-2", [_GPT2_RE], False, True, False),
+    ("gpt-2", [_GPT2_RE[:-len(r"|\s+")]], False, True, False),
+    ("llama-bpe", [_LLAMA3_RE], True, True, True),
+    ("dbrx", [_LLAMA3_RE], False, True, True),
+    ("qwen2", [_QWEN2_RE], False, False, True),
+    ("stablelm2", [_QWEN2_RE], False, True, True),
+    ("qwen35", [_QWEN35_RE], False, False, True),
+    ("gpt-4o", [_GPT4O_RE], False, False, True),
+    ("tekken", [_TEKKEN_RE], True, False, True),
+    ("deepseek-v3", [r"\p{N}{1,3}", "[\u4e00-\u9fa5\u3040-\u309f\u30a0-\u30ff]+", _DS3_RE],
+     False, False, False),
+    ("starcoder", [r"\p{N}", _GPT2_RE], False, True, False),
+    ("smollm", [r"\p{N}", _GPT2_RE], False, False, False),
+    ("seed-coder", [_SEED_RE], False, False, True),
+]
+SPACE = "\u2581"
+
+
+class Unusable(Exception):
+    """A tokenizer.json the GGUF files cannot carry; the text is the contract's reason."""
+
+
+def _steps(o, key):
+    if not o:
+        return []
+    if o.get("type") == "Sequence":
+        return [s for x in o.get(key, []) for s in _steps(x, key)]
+    return [o]
+
+
+def _pretokenizer(pre, ignore_merges, clean):
+    if not pre:
+        raise Unusable("tokenizer.json has no pre_tokenizer")
+    splits, removed, byte_level = [], [], False
+    for s in _steps(pre, "pretokenizers"):
+        if byte_level:
+            raise Unusable("tokenizer.json's pre_tokenizer splits after its ByteLevel step")
+        t = s.get("type")
+        if t == "Split":
+            rx = s.get("pattern", {}).get("Regex")
+            beh, inv = s.get("behavior"), s.get("invert", False)
+            if rx is None or not ((beh == "Isolated" and not inv) or (beh == "Removed" and inv)):
+                raise Unusable("a Split llama.cpp does not have")
+            splits.append(rx)
+            removed.append(beh == "Removed")
+        elif t == "ByteLevel":
+            if s.get("add_prefix_space"):
+                raise Unusable("tokenizer.json's ByteLevel pre-tokenizer adds a space before "
+                               "the text, which llama.cpp does not")
+            if s.get("use_regex", True):
+                splits.append(_GPT2_RE)
+                removed.append(False)
+            byte_level = True
+        elif t == "Digits":
+            splits.append(r"\p{N}" if s.get("individual_digits") else r"\p{N}+")
+            removed.append(False)
+        else:
+            raise Unusable("tokenizer.json's pre_tokenizer has a step llama.cpp does not have")
+    if not byte_level:
+        raise Unusable("tokenizer.json's pre_tokenizer does not end in a ByteLevel step")
+    fits = [p for p in PRETOKENIZERS if p[1] == splits and (p[4] or not any(removed))]
+    if not fits:
+        raise Unusable("llama.cpp has no pre-tokenizer with the rules of tokenizer.json's "
+                       "pre_tokenizer")
+    return max(fits, key=lambda p: 2 * (p[2] == ignore_merges) + (p[3] == clean)
+               - PRETOKENIZERS.index(p) / 100)[0]
+
+
+def _config_token(cfg, key):
+    v = cfg.get(key)
+    if isinstance(v, dict):
+        v = v.get("content")
+    return v if isinstance(v, str) else None
+
+
+def tokenizer_vocab(tokdir, vocab_size):
+    """The vocabulary of tokenizer directory tokdir for vocab_size ids, as a dict, or raises
+    Unusable with the reason."""
+    with open(os.path.join(tokdir, "tokenizer.json"), "rb") as f:
+        raw = f.read()
+    try:
+        tj = json.loads(raw)
+    except ValueError:
+        raise Unusable("tokenizer.json is not valid JSON")
+    try:
+        with open(os.path.join(tokdir, "tokenizer_config.json"), "rb") as f:
+            cfg = json.loads(f.read())
+    except (OSError, ValueError):
+        cfg = {}
+    if not isinstance(cfg, dict):
+        cfg = {}
+    model = tj.get("model") or {}
+    if model.get("type") != "BPE":
+        raise Unusable("tokenizer.json's model is %s, not BPE" % model.get("type"))
+    llama = bool(model.get("byte_fallback"))
+    norm = _steps(tj.get("normalizer"), "normalizers")
+    pres = _steps(tj.get("pre_tokenizer"), "pretokenizers")
+    out = {"kind": "llama" if llama else "gpt2", "pre": None, "add_space_prefix": None}
+    if llama:
+        escaped = in_norm = prefix = False
+        for s in norm:
+            if s.get("type") == "NFC":
+                continue
+            if (s.get("type") == "Replace" and s.get("pattern") == {"String": " "}
+                    and s.get("content") == SPACE):
+                escaped = in_norm = True
+            elif s.get("type") == "Prepend" and s.get("prepend") == SPACE:
+                prefix = True
+            else:
+                raise Unusable("normalizer")
+        for s in pres:
+            if s.get("type") == "Metaspace" and s.get("replacement") == SPACE \
+                    and not s.get("split"):
+                escaped = True
+                scheme = s.get("prepend_scheme")
+                prefix |= scheme != "never" if scheme else bool(s.get("add_prefix_space"))
+            elif not (s.get("type") == "Split" and in_norm
+                      and s.get("pattern") == {"String": " "}):
+                raise Unusable("pre_tokenizer")
+        if not escaped:
+            raise Unusable("spaces")
+        out["add_space_prefix"] = prefix
+    else:
+        if not any(s.get("type") == "ByteLevel" for s in pres + _steps(tj.get("decoder"),
+                                                                        "decoders")):
+            raise Unusable("tokenizer.json is BPE with neither byte_fallback nor ByteLevel, a "
+                           "kind llama.cpp cannot use")
+        if any(s.get("type") != "NFC" for s in norm):
+            raise Unusable("tokenizer.json's normalizer does what llama.cpp does not (a "
+                           "byte-level tokenizer may have none but NFC)")
+        out["pre"] = _pretokenizer(tj.get("pre_tokenizer"), bool(model.get("ignore_merges")),
+                                   cfg.get("clean_up_tokenization_spaces", True) is not False)
+    by_id, added = {}, {}
+    for text, i in model["vocab"].items():
+        if i in by_id:
+            raise Unusable("tokenizer.json gives id %d to two tokens" % i)
+        by_id[i] = text
+    for a in tj.get("added_tokens") or []:
+        if by_id.get(a["id"], a["content"]) != a["content"]:
+            raise Unusable("tokenizer.json gives id %d to two tokens" % a["id"])
+        by_id[a["id"]] = a["content"]
+        added[a["id"]] = bool(a.get("special"))
+    count = max(by_id) + 1
+    if count > vocab_size:
+        raise Unusable("tokenizer.json has %d tokens, vocab_size is %d" % (count, vocab_size))
+    tokens = [by_id.get(i, "[PAD%d]" % i) for i in range(vocab_size)]
+    ids = {}
+    for i, t in enumerate(tokens):
+        if t in ids:
+            raise Unusable("token %r twice" % t)
+        ids[t] = i
+    unk = model.get("unk_token")
+    unk_id = ids.get(unk if unk is not None else _config_token(cfg, "unk_token"), -1)
+    types = []
+    for i, t in enumerate(tokens):
+        if llama and i in by_id and re.fullmatch(r"<0x[0-9A-F]{2}>", t):
+            types.append(6)
+        elif i == unk_id and i in by_id:
+            types.append(2)
+        elif i in added:
+            types.append(3 if added[i] else 4)
+        elif i not in by_id:
+            types.append(5)
+        else:
+            types.append(1)
+    merges = [m.split(" ") if isinstance(m, str) else list(m) for m in model.get("merges", [])]
+    if llama:
+        scores = [None] * vocab_size
+        for r, (a, b) in enumerate(merges):
+            i = ids.get(a + b)
+            if i is not None and i in by_id and scores[i] is None:
+                scores[i] = -float(r) if r else 0.0   # +0.0 for rank 0
+        out["scores"] = [s if s is not None else 0.0 if i in by_id and (
+            len(tokens[i]) == 1 or types[i] == 6 or i in added) else -float(len(merges))
+            for i, s in enumerate(scores)]
+    else:
+        out["merges"] = ["%s %s" % (a, b) for a, b in merges]
+    if llama:   # added tokens not special: U+2581 as spaces, as llama.cpp's converter writes
+        tokens = [t.replace(SPACE, " ") if ty == 4 else t for t, ty in zip(tokens, types)]
+        if len(set(tokens)) != len(tokens):
+            raise Unusable("a token twice once its U+2581 are spaces")
+    out["tokens"], out["types"] = tokens, types
+    for key in ("bos", "eos", "unk", "pad"):
+        out[key] = ids.get(_config_token(cfg, key + "_token"), -1)
+    post = {"bos": False, "eos": False}
+    for s in _steps(tj.get("post_processor"), "processors"):
+        single = s.get("single") if s.get("type") == "TemplateProcessing" else None
+        if single:
+            post["bos"] |= "SpecialToken" in single[0]
+            post["eos"] |= len(single) > 1 and "SpecialToken" in single[-1]
+    for key in ("bos", "eos"):
+        given = cfg.get("add_%s_token" % key)
+        out["add_" + key] = given if isinstance(given, bool) else post[key]
+    tmpl = cfg.get("chat_template")
+    if isinstance(tmpl, list):
+        tmpl = next((t.get("template") for t in tmpl if t.get("name") == "default"), None)
+    out["chat_template"] = tmpl if isinstance(tmpl, str) else None
+    return out
+
+
+def vocab_kvs(v):
+    """The key-values of vocabulary v (tokenizer_vocab) in the contract's order."""
+    def strings(key, items):
+        return _kv(key, 9, struct.pack("<IQ", 8, len(items)) + b"".join(_kv_str(s.encode(
+            "utf-8", "surrogatepass")) for s in items))
+    kvs = [_kv("tokenizer.ggml.model", 8, _kv_str(v["kind"]))]
+    if v["pre"]:
+        kvs.append(_kv("tokenizer.ggml.pre", 8, _kv_str(v["pre"])))
+    kvs.append(strings("tokenizer.ggml.tokens", v["tokens"]))
+    if v["kind"] == "llama":
+        kvs.append(_kv("tokenizer.ggml.scores", 9, struct.pack("<IQ", 6, len(v["scores"]))
+                       + np.asarray(v["scores"], dtype="<f4").tobytes()))
+    kvs.append(_kv("tokenizer.ggml.token_type", 9, struct.pack("<IQ", 5, len(v["types"]))
+                   + np.asarray(v["types"], dtype="<i4").tobytes()))
+    if v["kind"] == "gpt2":
+        kvs.append(strings("tokenizer.ggml.merges", v["merges"]))
+    for key, name in (("bos", "bos"), ("eos", "eos"), ("unk", "unknown"), ("pad", "padding")):
+        if v[key] >= 0:
+            kvs.append(_kv("tokenizer.ggml.%s_token_id" % name, 4, struct.pack("<I", v[key])))
+    kvs.append(_kv("tokenizer.ggml.add_bos_token", 7, struct.pack("<B", v["add_bos"])))
+    kvs.append(_kv("tokenizer.ggml.add_eos_token", 7, struct.pack("<B", v["add_eos"])))
+    if v["kind"] == "llama":
+        kvs.append(_kv("tokenizer.ggml.add_space_prefix", 7,
+                       struct.pack("<B", v["add_space_prefix"])))
+    if v["chat_template"] is not None:
+        kvs.append(_kv("tokenizer.chat_template", 8, _kv_str(v["chat_template"].encode())))
+    return kvs
