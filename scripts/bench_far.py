@@ -31,7 +31,8 @@ the same file (in the page cache, and with its pages dropped) and a sequential d
 mount. The load average is printed before and after.
 
 Usage (root): scripts/bench_far.py [RUNS] [--links a,b,c] [--size-mib N] [--model-links a]
-[--llama-links c] [--threads 1,4,16] [--no-faults] [--tbmfs PATH]. Inputs are kept in
+[--llama-links c] [--threads 1,4,16] [--no-faults] [--tbmfs PATH] [--contenders LIST]
+[--proto NAME=PATH ...] (a prototype's binary measured beside the rest). Inputs are kept in
 /var/tmp/tbmfs-bench-far and /var/tmp/tbmfs-bench-gguf for the next run. RUNS=3 with the
 defaults takes about 25 minutes."""
 
@@ -188,10 +189,16 @@ class Bench:
         return statistics.median(v) if v else None
 
     # one tbmfs read, with its counts
-    def tbmfs_read(self, link, what, source, rel, size, relay, env=None, counter=None):
+    def tbmfs_read(self, link, what, source, rel, size, relay, env=None, counter=None,
+                   prog=None):
         n0 = counter() if counter else None
-        s0 = relay.stats()
-        with bench.Mount(source, [], env) as m:
+        relay.stats()  # its next max_open counts from here
+        harness.TBMFS = prog or self.tbmfs
+        try:
+            m = bench.Mount(source, [], env).__enter__()
+        finally:
+            harness.TBMFS = self.tbmfs
+        with m:
             n1 = counter() if counter else None
             s1 = relay.stats()
             cpu = bench.daemon_cpu(m.pid)
@@ -267,7 +274,22 @@ class Bench:
                     self.add((link, "aria2c -x16 -s16", "MB/s"),
                              whole / aria2c(hurl + "big.tbm") / 1e6)
 
-                order = [http, s3, signed, rclone, curl, aria2]
+                def proto(name, prog, scheme):
+                    def run():
+                        if scheme == "http":
+                            self.tbmfs_read(link, "%s http://" % name, hurl + "big.tbm", big_rel,
+                                            rawlen, hrelay, counter=nginx.requests, prog=prog)
+                        else:
+                            self.tbmfs_read(link, "%s s3://" % name, "s3://models/big.tbm",
+                                            big_rel, rawlen, srelay, env=s3env,
+                                            counter=store.requests, prog=prog)
+                    return run
+
+                named = {"http": http, "s3": s3, "presigned": signed, "rclone": rclone,
+                         "curl": curl, "aria2": aria2}
+                order = [named[c] for c in self.args.contenders]
+                for name, prog in self.args.proto:
+                    order += [proto(name, prog, "http"), proto(name, prog, "s3")]
                 for r in range(self.args.runs):
                     for fn in bench.rotated(order, r):
                         fn()
@@ -550,6 +572,11 @@ def main():
     ap.add_argument("--threads", default="1,4,16")
     ap.add_argument("--window", type=int, default=6 << 20)
     ap.add_argument("--no-faults", action="store_true")
+    ap.add_argument("--contenders", default="http,s3,presigned,rclone,curl,aria2",
+                    help="which of http,s3,presigned,rclone,curl,aria2 read the tensor")
+    ap.add_argument("--proto", action="append", default=[], metavar="NAME=PATH",
+                    help="another tbmfs binary, read over http:// and s3:// beside the others "
+                         "(a prototype; repeatable)")
     default = os.path.join(ROOT, "build-release", "src", "tbmfs")
     ap.add_argument("--tbmfs", default=default if os.path.exists(default) else bench.TBMFS)
     args = ap.parse_args()
@@ -559,19 +586,31 @@ def main():
     args.llama_links = [x for x in split(args.llama_links) if x in args.links]
     args.threads = [int(x) for x in split(args.threads)]
     args.tbmfs = os.path.abspath(args.tbmfs)
+    args.contenders = split(args.contenders)
+    args.proto = [(p.split("=", 1)[0], os.path.abspath(p.split("=", 1)[1])) for p in args.proto]
     if any(x not in LINKS for x in args.links):
         sys.exit("bench_far: links are a, b, c")
-    if os.environ.get("TBMFS_FAR_NETNS"):
+    if in_netns(__file__):
         inner(args)
-        return
-    # Outside: a network namespace of our own, deleted whatever happens.
+
+
+def in_netns(script):
+    """True inside the network namespace; outside, runs script again inside a namespace of
+    its own (loopback up, nothing else), deletes the namespace whatever happens, and exits
+    with the inner run's status. Mounts made inside live in the mount namespace `ip netns
+    exec` makes, so none outlives the run either."""
+    if os.environ.get("TBMFS_FAR_NETNS"):
+        return True
+    # what the runs need, installed first: inside the namespace there is no network
+    for script in ("install-deps.sh", "install-bench-deps.sh"):
+        subprocess.run([os.path.join(HERE, script)], check=True)
     ns = "tbmfs-far-%d" % os.getpid()
     subprocess.run(["ip", "netns", "add", ns], check=True)
     signal.signal(signal.SIGTERM, lambda *a: sys.exit(143))
     try:
         subprocess.run(["ip", "netns", "exec", ns, "ip", "link", "set", "lo", "up"], check=True)
         env = dict(os.environ, TBMFS_FAR_NETNS=ns)
-        rc = subprocess.run(["ip", "netns", "exec", ns, sys.executable, os.path.abspath(__file__)]
+        rc = subprocess.run(["ip", "netns", "exec", ns, sys.executable, os.path.abspath(script)]
                             + sys.argv[1:], env=env).returncode
     finally:
         subprocess.run(["ip", "netns", "del", ns])

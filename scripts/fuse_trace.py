@@ -81,6 +81,7 @@ class FuseTrace:
         ra = {k: collections.Counter() for k in ("page_cache_sync_ra", "page_cache_async_ra",
                                                   "page_cache_ra_order")}
         faults = 0
+        orders = collections.Counter()
         first = last = None
         for line in self.lines:
             m = LINE.match(line)
@@ -105,6 +106,7 @@ class FuseTrace:
                     latencies.append(ts - t0)
             elif ev == "page_cache_ra_order":
                 ra[ev][int(f["size"]) * 4] += 1
+                orders[int(f["order"])] += 1
             elif ev in ra:  # what the caller asked for (size is the state before)
                 ra[ev][int(f["req_count"]) * 4] += 1
             elif ev == "mm_filemap_fault":
@@ -127,7 +129,8 @@ class FuseTrace:
             "async_ra": {"count": sum(ra["page_cache_async_ra"].values()),
                          "req_kib": dict(ra["page_cache_async_ra"].most_common(4))},
             "ra_order": {"count": sum(ra["page_cache_ra_order"].values()),
-                         "size_kib": dict(ra["page_cache_ra_order"].most_common(4))},
+                         "size_kib": dict(ra["page_cache_ra_order"].most_common(4)),
+                         "folio_order": dict(orders.most_common(4))},
             "trace_seconds": (last - first) if first is not None else 0,
             "events_lost": self.lost,
         }
