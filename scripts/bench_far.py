@@ -23,8 +23,8 @@ read: the requests the server saw, their sizes, the connections the relay saw (t
 open at once), the daemon's CPU and peak RSS. Then (--model-links, default a) the 2 GiB llama
 model of bench_gguf.py read whole as model.safetensors over http:// and s3:// against aria2c
 (and one curl stream where the link is not capped) of its .tbm; (--llama-links, default c)
-llama.cpp's load and first evaluation of model.Q8_0.gguf from a fresh s3:// mount against a
-local copy (its pages dropped); and (unless --no-faults) the page-fault test: scripts/faults.c
+llama.cpp's load and first evaluation of model.Q8_0.gguf from a fresh s3:// mount (and an
+http:// one: s3rver is far slower than nginx) against a local copy (its pages dropped); and (unless --no-faults) the page-fault test: scripts/faults.c
 touching a MAP_SHARED mapping of model.safetensors in random 4 MiB chunks from 1, 4 and 16
 threads, on a fresh local mount with the source in the page cache, against a local copy of
 the same file (in the page cache, and with its pages dropped) and a sequential dd of the
@@ -297,7 +297,7 @@ class Bench:
                 if link in self.args.model_links:
                     self.model(link, hrelay, srelay, hurl, s3env)
                 if link in self.args.llama_links:
-                    self.llama(link, s3env)
+                    self.llama(link, s3env, hurl)
 
     def model(self, link, hrelay, srelay, hurl, s3env):
         size = os.path.getsize(os.path.join(self.www, "llama.tbm"))
@@ -342,16 +342,18 @@ class Bench:
         if s1:
             self.add((link, what, "link connections"), s1["connections"] - s0["connections"])
 
-    def llama(self, link, s3env):
+    def llama(self, link, s3env, hurl):
         local = os.path.join(WORK, "local-model.Q8_0.gguf")
         if not os.path.exists(local):
             with bench.Mount(LLAMA) as m:
                 subprocess.run(["cp", m.p("model.Q8_0.gguf"), local + ".part"], check=True)
             os.rename(local + ".part", local)
         for r in range(self.args.runs):
-            for where in bench.rotated(["mount", "local"], r):
-                if where == "mount":
-                    with bench.Mount("s3://models/llama.tbm", [], s3env) as m:
+            for where in bench.rotated(["mount", "http mount", "local"], r):
+                if where != "local":
+                    source, env = (("s3://models/llama.tbm", s3env) if where == "mount"
+                                   else (hurl + "llama.tbm", None))
+                    with bench.Mount(source, [], env) as m:
                         cold = bench_gguf.llama_seconds(m.p("model.Q8_0.gguf"))
                         warm = bench_gguf.llama_seconds(m.p("model.Q8_0.gguf"))
                 else:
@@ -423,12 +425,12 @@ class Bench:
                                                     ("\n  %38s" % "" + "; ".join(extras))
                                                     if extras else ""))
             self.ratios(link)
-            for where in ("mount", "local"):
+            for where, text in (("mount", "an s3:// mount"), ("http mount", "an http:// mount"),
+                                ("local", "a local copy")):
                 key = (link, "llama.cpp Q8_0 " + where)
                 if self.med(key + ("cold s",)) is not None:
-                    print("  llama.cpp load + first eval of model.Q8_0.gguf from %-22s cold "
-                          "%.2f s, warm %.2f s" % ("an s3:// mount" if where == "mount"
-                                                   else "a local copy", self.med(key + ("cold s",)),
+                    print("  llama.cpp load + first eval of model.Q8_0.gguf from %-16s cold "
+                          "%.2f s, warm %.2f s" % (text, self.med(key + ("cold s",)),
                                                    self.med(key + ("warm s",))))
             m, loc = self.med((link, "llama.cpp Q8_0 mount", "cold s")), \
                 self.med((link, "llama.cpp Q8_0 local", "cold s"))
@@ -602,8 +604,8 @@ def in_netns(script):
     if os.environ.get("TBMFS_FAR_NETNS"):
         return True
     # what the runs need, installed first: inside the namespace there is no network
-    for script in ("install-deps.sh", "install-bench-deps.sh"):
-        subprocess.run([os.path.join(HERE, script)], check=True)
+    for deps in ("install-deps.sh", "install-bench-deps.sh"):
+        subprocess.run([os.path.join(HERE, deps)], check=True)
     ns = "tbmfs-far-%d" % os.getpid()
     subprocess.run(["ip", "netns", "add", ns], check=True)
     signal.signal(signal.SIGTERM, lambda *a: sys.exit(143))
