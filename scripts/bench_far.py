@@ -37,6 +37,7 @@ Usage (root): scripts/bench_far.py [RUNS] [--links a,b,c] [--size-mib N] [--mode
 defaults takes about 25 minutes."""
 
 import argparse
+import contextlib
 import os
 import shutil
 import signal
@@ -198,7 +199,8 @@ class Bench:
             m = bench.Mount(source, [], env).__enter__()
         finally:
             harness.TBMFS = self.tbmfs
-        with m:
+        with contextlib.ExitStack() as stack:
+            stack.callback(m.stop)  # not `with m`: that would mount again
             n1 = counter() if counter else None
             s1 = relay.stats()
             cpu = bench.daemon_cpu(m.pid)
