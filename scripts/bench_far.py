@@ -603,6 +603,10 @@ def in_netns(script):
     its own (loopback up, nothing else), deletes the namespace whatever happens, and exits
     with the inner run's status. Mounts made inside live in the mount namespace `ip netns
     exec` makes, so none outlives the run either."""
+    # a SIGTERM (timeout(1) signals its whole process group) unwinds through the finally
+    # blocks, which unmount and stop what was started: a daemon left running would keep its
+    # mount namespace, and so its mount, alive
+    signal.signal(signal.SIGTERM, lambda *a: sys.exit(143))
     if os.environ.get("TBMFS_FAR_NETNS"):
         return True
     # what the runs need, installed first: inside the namespace there is no network
@@ -610,7 +614,6 @@ def in_netns(script):
         subprocess.run([os.path.join(HERE, deps)], check=True)
     ns = "tbmfs-far-%d" % os.getpid()
     subprocess.run(["ip", "netns", "add", ns], check=True)
-    signal.signal(signal.SIGTERM, lambda *a: sys.exit(143))
     try:
         subprocess.run(["ip", "netns", "exec", ns, "ip", "link", "set", "lo", "up"], check=True)
         env = dict(os.environ, TBMFS_FAR_NETNS=ns)
