@@ -47,7 +47,16 @@ class FuseTrace:
         if not os.path.isdir(os.path.join(TRACEFS, "instances")):
             # inside `ip netns exec` /sys is a fresh sysfs; our mount namespace is private
             subprocess.run(["mount", "-t", "tracefs", "nodev", TRACEFS], check=True)
-        self.inst = os.path.join(TRACEFS, "instances", "tbmfs-trace-%d" % os.getpid())
+        instances = os.path.join(TRACEFS, "instances")
+        # an instance holds its buffers until removed: those of runs killed before their
+        # __exit__ (their process gone) go now
+        for name in os.listdir(instances):
+            pid = name[len("tbmfs-trace-"):]
+            if name.startswith("tbmfs-trace-") and pid.isdigit() and \
+                    not os.path.exists("/proc/%s" % pid):
+                _write(os.path.join(instances, name, "tracing_on"), "0")
+                os.rmdir(os.path.join(instances, name))
+        self.inst = os.path.join(instances, "tbmfs-trace-%d" % os.getpid())
         os.mkdir(self.inst)
         _write(os.path.join(self.inst, "buffer_size_kb"), str(self.buffer_kb))
         for ev in EVENTS:
