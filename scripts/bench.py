@@ -9,6 +9,7 @@ ratios of one run mean anything. Usage: scripts/bench.sh [RUNS]."""
 import contextlib
 import os
 import re
+import signal
 import statistics
 import subprocess
 import sys
@@ -603,6 +604,21 @@ def peers(work, runs, fp16, fp32):
     subprocess.run(["rm", "-rf", views, tree])
 
 
+def daemons_under(work):
+    """Pids of tbmfs processes whose arguments name a path under work."""
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open("/proc/%s/cmdline" % pid, "rb") as f:
+                argv = f.read().split(b"\0")
+        except OSError:
+            continue
+        if os.path.basename(argv[0]) == b"tbmfs" and any(
+                a.startswith(work.encode() + b"/") for a in argv[1:]):
+            found.append(int(pid))
+    return found
+
+
 @contextlib.contextmanager
 def mount_owner():
     """Mounts (Mount) for a with block: their mount points under a fresh directory, the block's
@@ -616,6 +632,20 @@ def mount_owner():
     finally:
         for m in list(OWNER.mounts):
             m.stop()
+        # a daemon whose mount command was cut short (a signal while mounting) is in no list;
+        # inside a mount namespace of its own it would keep its mount, and itself, alive
+        stray = daemons_under(work)
+        for pid in stray:
+            os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + 10
+        while stray and time.monotonic() < deadline:
+            time.sleep(0.1)
+            stray = daemons_under(work)
+        for pid in stray:
+            os.kill(pid, signal.SIGKILL)
+        for line in open("/proc/mounts", errors="surrogateescape"):
+            if line.split()[1].startswith(work + "/"):
+                subprocess.run(["umount", "-l", line.split()[1]], timeout=60)
         if OWNER.mounts or any(line.split()[1].startswith(work + "/") for line in open("/proc/mounts", errors="surrogateescape")):
             print("STILL MOUNTED under %s; kept" % work)
         else:

@@ -10,17 +10,7 @@ cd "$(dirname "$0")/.."
 
 scripts/install-deps.sh
 # the peers of figure 8: squashfuse and squashfuse_ll over a squashfs image
-peers=()
-for p in squashfuse squashfs-tools; do
-    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || peers+=("$p")
-done
-if [ ${#peers[@]} -gt 0 ]; then
-    echo "installing the benchmark's peers: ${peers[*]}"
-    sudo=""
-    [ "$(id -u)" -eq 0 ] || sudo="sudo"
-    $sudo apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${peers[@]}" >/dev/null
-fi
+scripts/install-bench-deps.sh
 [ -d build ] || meson setup build >/dev/null
 ninja -C build >/dev/null
 /usr/bin/python3 scripts/bench.py "$@"

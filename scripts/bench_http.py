@@ -30,13 +30,14 @@ def sh(args, timeout=300):
     return subprocess.run(args, check=True, capture_output=True, timeout=timeout)
 
 
-def write_big(path):
-    """A 256 MiB fp32 tensor (raw.tb: 256 MiB + its 4 KiB header), then a 64 MiB one: the mount
-    reads both for statistics, so with a 64 MiB cache the first is cold afterwards."""
+def write_big(path, mib=256, filler=True):
+    """A fp32 tensor of mib MiB, 256 by default (raw.tb: those bytes + its 4 KiB header), then,
+    with filler, a 64 MiB one; the length of big's raw.tb."""
     rng = np.random.default_rng(1)
     entries, off = [], 0
+    tensors = (("big", mib * MIB // 4),) + ((("filler", 16 * MIB),) if filler else ())
     with open(path, "wb") as f:
-        for name, nw in (("big", 64 * MIB), ("filler", 16 * MIB)):
+        for name, nw in tensors:
             hdr = gen_model.struct.pack(gen_model.HEADER_FMT, gen_model.MAGIC, gen_model.VERSION,
                                         0, 0, nw, 0, 4096, 4096 + 4 * nw, 0)
             f.write(hdr + bytes(4096 - len(hdr)))
@@ -46,7 +47,7 @@ def write_big(path):
                             "dtype": "fp32", "num_weights": nw, "num_mask_bytes": 0})
             off += 4096 + 4 * nw
         gen_model._write_index(f, {"architecture": "custom", "config": {}, "tensors": entries})
-    return 4096 + 4 * 64 * MIB
+    return 4096 + mib * MIB
 
 
 def write_many(path, count=1000):
