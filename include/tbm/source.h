@@ -107,32 +107,47 @@ int tbm_source_from_fd(int fd, const char *name, struct tbm_source **out, const 
 void tbm_source_detach(struct tbm_source *src, int (*reopen)(void *ctx, const char *name),
                        void *ctx);
 
-/* Reads exactly len bytes at off; TBM_ERR_IO when the source ends sooner,
- * TBM_ERR_CHANGED when it is no longer the file it was when opened (checked
- * after the read, so that bytes of a rewrite in progress are not served). */
-int tbm_source_read_full(struct tbm_source *src, void *buf, size_t len, uint64_t off);
+/* A request: one read of a file of the tree, made in one mode and passed
+ * down to every read of a source it makes. Its reads are checked for a
+ * change once, at its end (tbm_request_end), rather than after each: a
+ * dense read reads weights and mask in several steps, and each fstat was a
+ * few per cent of a request. Made where the read is served, as
+ * (struct tbm_request){.mode = mode}; past TBM_REQUEST_SOURCES sources, a
+ * read is checked at once. Bytes read in a request may be used only for the
+ * reply that the end's answer decides: nothing kept. A read that is part of
+ * no request (at open, a rendering, the statistics) passes NULL: it waits,
+ * and is checked at once. */
+#define TBM_REQUEST_SOURCES 8
 
-/* Reads up to len bytes at off, as tbm_source_ops' read, in the mode of the
- * request under way on this thread (tbm_source_batch_begin), else waiting. */
-int tbm_source_read(struct tbm_source *src, void *buf, size_t len, uint64_t off, size_t *got);
+struct tbm_request {
+    unsigned mode; /* TBM_SOURCE_NOWAIT or 0 */
+    size_t n;      /* the sources read so far, in src */
+    struct tbm_source *src[TBM_REQUEST_SOURCES];
+};
 
-/* Reads of one request, made in its mode and checked once at its end
- * rather than after each: between tbm_source_batch_begin and
- * tbm_source_batch_end on a thread, tbm_source_read_full and
- * tbm_source_read read as mode allows, a tbm_source_read_full does not
- * check the change, and the end checks every source read since the
- * beginning once. Bytes read in a batch may be used only for the reply that
- * the end's answer decides: nothing kept. end returns status, or
- * TBM_ERR_CHANGED (or the check's failure) when a source read changed. */
-void tbm_source_batch_begin(unsigned mode);
-int tbm_source_batch_end(int status);
+/* Checks once each source req has read since it was made (or last ended):
+ * status, or TBM_ERR_CHANGED (or the check's failure) when one changed. */
+int tbm_request_end(struct tbm_request *req, int status);
+
+/* Reads exactly len bytes at off in req's mode (req NULL: waiting);
+ * TBM_ERR_IO when the source ends sooner, TBM_ERR_CHANGED when it is no
+ * longer the file it was when opened: checked after the read, so that bytes
+ * of a rewrite in progress are not served, or at req's end. */
+int tbm_source_read_full(struct tbm_source *src, void *buf, size_t len, uint64_t off,
+                         struct tbm_request *req);
+
+/* Reads up to len bytes at off, as tbm_source_ops' read, in req's mode
+ * (req NULL: waiting); unchecked. */
+int tbm_source_read(struct tbm_source *src, void *buf, size_t len, uint64_t off,
+                    struct tbm_request *req, size_t *got);
 
 /* Holds the len bytes at off (inside the source) where they are in memory,
- * so that they can be handed to the kernel without a copy, as mode allows:
- * 1 with h filled (let it go with tbm_source_release), 0 when the source
- * cannot (read them with tbm_source_read_full), or an error as
- * tbm_source_read_full's, the change checked once the bytes are held. */
-int tbm_source_hold(struct tbm_source *src, uint64_t off, size_t len, unsigned mode,
+ * so that they can be handed to the kernel without a copy, in req's mode
+ * (req NULL: waiting): 1 with h filled (let it go with tbm_source_release),
+ * 0 when the source cannot (read them with tbm_source_read_full), or an
+ * error as tbm_source_read_full's, the change checked once the bytes are
+ * held (not at req's end). */
+int tbm_source_hold(struct tbm_source *src, uint64_t off, size_t len, const struct tbm_request *req,
                     struct tbm_source_hold *h);
 
 void tbm_source_release(struct tbm_source_hold *h);

@@ -15,7 +15,7 @@ static int read_index(struct tbm_opener *o)
         return tbm_open_fail(o, TBM_ERR_SOURCE,
                              "not a .tbm container: %llu bytes, too small for the index length",
                              (unsigned long long)size);
-    if (tbm_source_read_full(o->m->src, tail, 4, size - 4) < 0)
+    if (tbm_source_read_full(o->m->src, tail, 4, size - 4, NULL) < 0)
         return tbm_open_fail(o, TBM_ERR_SOURCE, "cannot read the index length");
     uint64_t len = tbm_le32(tail);
     if (len == 0)
@@ -89,8 +89,8 @@ void tbm_container_diagnose(struct tbm_opener *o)
                      (unsigned long long)size, (unsigned long long)off,
                      (unsigned long long)end) < 0)
             why = NULL;
-    } else if (off < size && tbm_source_read_full(src, &c, 1, off) == 0 && c == '{' &&
-               tbm_source_read_full(src, tail, 4, size - 4) == 0 &&
+    } else if (off < size && tbm_source_read_full(src, &c, 1, off, NULL) == 0 && c == '{' &&
+               tbm_source_read_full(src, tail, 4, size - 4, NULL) == 0 &&
                (size - off < 4 || tbm_le32(tail) != size - 4 - off)) {
         if (asprintf(&why,
                      "incomplete file? it ends at byte %llu, %llu bytes into the index "

@@ -39,7 +39,7 @@ int tbm_index_read(struct tbm_opener *o, struct tbm_source *src, uint64_t off, u
     char *buf = malloc(len ? len : 1);
     if (!buf)
         return tbm_open_fail(o, TBM_ERR_NOMEM, "out of memory reading the %s", what);
-    if (tbm_source_read_full(src, buf, len, off) < 0) {
+    if (tbm_source_read_full(src, buf, len, off, NULL) < 0) {
         free(buf);
         return tbm_open_fail(o, TBM_ERR_SOURCE, "cannot read the %s", what);
     }

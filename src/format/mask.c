@@ -35,13 +35,14 @@ void tbm_mask_widen(const struct tbm_tensor *t, uint64_t n, uint8_t *buf, size_t
     }
 }
 
-int tbm_mask_read(const struct tbm_tensor *t, uint64_t g0, uint64_t n, uint8_t *buf)
+int tbm_mask_read(const struct tbm_tensor *t, uint64_t g0, uint64_t n, uint8_t *buf,
+                  struct tbm_request *req)
 {
     uint64_t off;
     size_t len;
 
     tbm_mask_stored(t, g0, n, &off, &len);
-    int r = tbm_source_read_full(t->src, buf, len, off);
+    int r = tbm_source_read_full(t->src, buf, len, off, req);
     if (r < 0)
         return r;
     tbm_mask_widen(t, n, buf, len);
@@ -49,15 +50,15 @@ int tbm_mask_read(const struct tbm_tensor *t, uint64_t g0, uint64_t n, uint8_t *
 }
 
 int tbm_chunk_read(const struct tbm_tensor *t, uint64_t first, uint64_t n, void *weights,
-                   uint8_t *mask)
+                   uint8_t *mask, struct tbm_request *req)
 {
     size_t es = tbm_precision_size(t->hdr.precision);
     uint32_t m = t->hdr.nm_m;
-    int r = tbm_source_read_full(t->src, weights, n * es, t->weights.off + first * es);
+    int r = tbm_source_read_full(t->src, weights, n * es, t->weights.off + first * es, req);
 
     if (r < 0 || !mask || n == 0)
         return r;
-    return tbm_mask_read(t, first / m, (first + n - 1) / m - first / m + 1, mask);
+    return tbm_mask_read(t, first / m, (first + n - 1) / m - first / m + 1, mask, req);
 }
 
 static uint32_t load_word(const uint8_t *p, uint32_t wb)
@@ -115,18 +116,19 @@ static bool mask_step(enum tbm_isa isa, const struct tbm_tensor *t, const uint8_
 }
 
 int tbm_masked_read(enum tbm_isa isa, const struct tbm_tensor *t, uint64_t b0, size_t len,
-                    char *buf, uint8_t *mask, const struct tbm_masked_steps *steps)
+                    char *buf, uint8_t *mask, const struct tbm_masked_steps *steps,
+                    struct tbm_request *req)
 {
     size_t es = tbm_precision_size(t->hdr.precision);
     uint32_t m = t->hdr.nm_m;
-    int r = tbm_source_read_full(t->src, buf, len, t->weights.off + b0);
+    int r = tbm_source_read_full(t->src, buf, len, t->weights.off + b0, req);
 
     if (r < 0 || m == 0 || !t->mask_usable)
         return r;
     for (uint64_t w0 = b0, w1; w0 < b0 + len; w0 = w1) {
         w1 = b0 + len - w0 < TBM_MASKED_WINDOW ? b0 + len : w0 + TBM_MASKED_WINDOW;
         uint64_t g0 = w0 / es / m, g1 = ((w1 + es - 1) / es - 1) / m;
-        if ((r = tbm_mask_read(t, g0, g1 - g0 + 1, mask)) < 0)
+        if ((r = tbm_mask_read(t, g0, g1 - g0 + 1, mask, req)) < 0)
             return r;
         for (uint64_t b = w0, e; b < w1; b = e) {
             uint64_t at = steps ? steps->pos + (b - b0) : 0;

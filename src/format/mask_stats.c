@@ -82,7 +82,7 @@ static int count_blob(const struct tbm_model *model, const struct tbm_tensor *t,
     for (uint64_t i = 0; i < h->num_weights; i += chunk) {
         uint64_t n = h->num_weights - i < chunk ? h->num_weights - i : chunk;
         uint64_t groups = n / m + (n % m != 0);
-        int r = tbm_chunk_read(t, i, n, buf->weights, buf->mask);
+        int r = tbm_chunk_read(t, i, n, buf->weights, buf->mask, NULL);
         if (r < 0)
             return r;
         atomic_fetch_add(&model->stats->bytes_read, n * es + groups * tbm_mask_word_bytes(m));

@@ -18,7 +18,7 @@ int tbm_reader_read(struct tbm_reader *r, struct tbm_source *src, void *dst, siz
         return 0;
     }
     if (len > TBM_READER_WINDOW / 2)
-        return tbm_source_read_full(src, dst, len, off);
+        return tbm_source_read_full(src, dst, len, off, NULL);
     if (!r->buf && !(r->buf = malloc(TBM_READER_WINDOW)))
         return TBM_ERR_NOMEM;
     /* A window that served more than the read that filled it earns a larger
@@ -27,14 +27,14 @@ int tbm_reader_read(struct tbm_reader *r, struct tbm_source *src, void *dst, siz
     r->size = r->hit ? 2 * r->size : TBM_READER_FIRST;
     r->size = r->size > TBM_READER_WINDOW ? TBM_READER_WINDOW : r->size < len ? len : r->size;
     r->hit = false;
-    int status = tbm_source_read(src, r->buf, r->size, off, &got);
+    int status = tbm_source_read(src, r->buf, r->size, off, NULL, &got);
     if (status == TBM_ERR_NOMEM)
         return status;
     if (status < 0 || got < len) {
         /* Only the bytes asked for decide whether the read fails: an error
          * further on belongs to whatever lies there. */
         r->src = NULL;
-        return tbm_source_read_full(src, dst, len, off);
+        return tbm_source_read_full(src, dst, len, off, NULL);
     }
     r->src = src;
     r->start = off;

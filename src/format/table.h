@@ -155,16 +155,19 @@ void tbm_mask_stored(const struct tbm_tensor *t, uint64_t g0, uint64_t n, uint64
  * The kernels read masks only in that layout. */
 void tbm_mask_widen(const struct tbm_tensor *t, uint64_t n, uint8_t *buf, size_t len);
 
-/* Reads the n mask words of groups [g0, g0 + n) of t into buf. */
-int tbm_mask_read(const struct tbm_tensor *t, uint64_t g0, uint64_t n, uint8_t *buf);
+/* Reads the n mask words of groups [g0, g0 + n) of t into buf, as part of
+ * req (NULL: of no request; tbm_source_read_full's). */
+int tbm_mask_read(const struct tbm_tensor *t, uint64_t g0, uint64_t n, uint8_t *buf,
+                  struct tbm_request *req);
 
-/* Reads a chunk of t: the stored weights of elements [first, first + n)
- * into weights and, when mask is not NULL, the mask words of every group
- * they touch, from group first / M on, into mask. The one way weights are
- * read with their mask words beside them (the expansions, the statistics,
- * the self-tests); tbm_masked_read gives stored bytes with the mask applied. */
+/* Reads a chunk of t as part of req (NULL: of no request): the stored
+ * weights of elements [first, first + n) into weights and, when mask is not
+ * NULL, the mask words of every group they touch, from group first / M on,
+ * into mask. The one way weights are read with their mask words beside them
+ * (the expansions, the statistics, the self-tests); tbm_masked_read gives
+ * stored bytes with the mask applied. */
 int tbm_chunk_read(const struct tbm_tensor *t, uint64_t first, uint64_t n, void *weights,
-                   uint8_t *mask);
+                   uint8_t *mask, struct tbm_request *req);
 
 /* Stored weight bytes are masked in windows of at most this many bytes,
  * each window's mask words read at once (a whole request's), into scratch
@@ -183,15 +186,16 @@ struct tbm_masked_steps {
     void *ctx;
 };
 
-/* Reads weight bytes [b0, b0 + len) of t as stored into buf, with the mask
- * applied when it is usable: the bytes of pruned elements zeroed (of an
- * element cut by either end, those buf holds), through mask (scratch of
- * TBM_MASKED_MASK_BYTES). steps, when not NULL, hears what masking changed
- * (not called when nothing is masked). The one way the views read stored
- * bytes with their mask applied, as tbm_chunk_read is for weights and mask
- * words apart. */
+/* Reads weight bytes [b0, b0 + len) of t as stored into buf, as part of req
+ * (NULL: of no request), with the mask applied when it is usable: the bytes
+ * of pruned elements zeroed (of an element cut by either end, those buf
+ * holds), through mask (scratch of TBM_MASKED_MASK_BYTES). steps, when not
+ * NULL, hears what masking changed (not called when nothing is masked). The
+ * one way the views read stored bytes with their mask applied, as
+ * tbm_chunk_read is for weights and mask words apart. */
 int tbm_masked_read(enum tbm_isa isa, const struct tbm_tensor *t, uint64_t b0, size_t len,
-                    char *buf, uint8_t *mask, const struct tbm_masked_steps *steps);
+                    char *buf, uint8_t *mask, const struct tbm_masked_steps *steps,
+                    struct tbm_request *req);
 
 /* t's N:M as "N:M" ("0:0" for dense): the header's when it is valid, else
  * the index entry's, else "0:0" (an entry that gives none is read as

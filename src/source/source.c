@@ -1,7 +1,6 @@
 /* What every source shares, built on its operations (tbm_source_ops): the
- * check that it is still the file it was, the batch of one request's reads
- * with the request's mode, holds of its bytes, and the stop of every
- * transfer. */
+ * check that it is still the file it was, reads in a request's mode with the
+ * one check at its end, holds of its bytes, and the stop of every transfer. */
 #include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
@@ -69,68 +68,54 @@ bool tbm_source_take_report(struct tbm_source *src, char *buf, size_t len)
     return true;
 }
 
-/* The sources a request has read on this thread; past BATCH_MAX of them,
- * reads are checked one by one as outside a batch. One check per request:
- * a dense view reads weights and mask in several steps, and each fstat was
- * a few per cent of a request. */
-#define BATCH_MAX 8
-
-static __thread struct {
-    bool on;
-    unsigned mode; /* the request's */
-    size_t n;
-    struct tbm_source *src[BATCH_MAX];
-} batch;
-
-void tbm_source_batch_begin(unsigned mode)
-{
-    batch.on = true;
-    batch.mode = mode;
-    batch.n = 0;
-}
-
-int tbm_source_batch_end(int status)
+int tbm_request_end(struct tbm_request *req, int status)
 {
     int r = status;
 
-    batch.on = false;
-    batch.mode = 0;
-    for (size_t i = 0; i < batch.n; i++) {
-        int v = tbm_source_verify(batch.src[i]);
+    for (size_t i = 0; i < req->n; i++) {
+        int v = tbm_source_verify(req->src[i]);
         if (v == TBM_ERR_CHANGED || (v < 0 && r >= 0))
             r = v;
     }
-    batch.n = 0;
+    req->n = 0;
     return r;
 }
 
-/* Whether a read of src is checked at the batch's end. */
-static bool batched(struct tbm_source *src)
+/* Whether a read of src is checked at the end of req, which then counts
+ * it. */
+static bool deferred(struct tbm_request *req, struct tbm_source *src)
 {
-    if (!batch.on)
+    if (!req)
         return false;
-    for (size_t i = 0; i < batch.n; i++)
-        if (batch.src[i] == src)
+    for (size_t i = 0; i < req->n; i++)
+        if (req->src[i] == src)
             return true;
-    if (batch.n == BATCH_MAX)
+    if (req->n == TBM_REQUEST_SOURCES)
         return false;
-    batch.src[batch.n++] = src;
+    req->src[req->n++] = src;
     return true;
 }
 
-int tbm_source_read(struct tbm_source *src, void *buf, size_t len, uint64_t off, size_t *got)
+static unsigned mode_of(const struct tbm_request *req)
 {
-    return src->ops->read(src, buf, len, off, batch.mode, got);
+    return req ? req->mode : 0;
 }
 
-int tbm_source_read_full(struct tbm_source *src, void *buf, size_t len, uint64_t off)
+int tbm_source_read(struct tbm_source *src, void *buf, size_t len, uint64_t off,
+                    struct tbm_request *req, size_t *got)
+{
+    return src->ops->read(src, buf, len, off, mode_of(req), got);
+}
+
+int tbm_source_read_full(struct tbm_source *src, void *buf, size_t len, uint64_t off,
+                         struct tbm_request *req)
 {
     size_t got;
-    int r = src->ops->read(src, buf, len, off, batch.mode, &got);
+    int r = src->ops->read(src, buf, len, off, mode_of(req), &got);
 
     if (r < 0 && r != TBM_ERR_IO)
         return r; /* TBM_ERR_AGAIN among them: nothing was read */
-    if (batched(src))
+    if (deferred(req, src))
         return r < 0 ? r : got == len ? 0 : TBM_ERR_IO;
     /* a short read because the file shrank is the change, said as such */
     int v = tbm_source_verify(src);
@@ -139,14 +124,14 @@ int tbm_source_read_full(struct tbm_source *src, void *buf, size_t len, uint64_t
     return r < 0 ? r : got == len ? 0 : TBM_ERR_IO;
 }
 
-int tbm_source_hold(struct tbm_source *src, uint64_t off, size_t len, unsigned mode,
+int tbm_source_hold(struct tbm_source *src, uint64_t off, size_t len, const struct tbm_request *req,
                     struct tbm_source_hold *h)
 {
     h->src = src;
     h->n = 0;
     if (!src->ops->hold)
         return 0;
-    int r = src->ops->hold(src, off, len, mode, h->piece, TBM_SOURCE_PIECES, &h->n);
+    int r = src->ops->hold(src, off, len, mode_of(req), h->piece, TBM_SOURCE_PIECES, &h->n);
     if (r == 0 || (r < 0 && r != TBM_ERR_IO))
         return r;
     /* as for a read: bytes of a file found changed are not served, and a

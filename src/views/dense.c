@@ -37,11 +37,12 @@ bool tbm_dense_servable(const struct tbm_views *v, size_t i)
 }
 
 int tbm_expand_chunk(const struct tbm_views *v, const struct tbm_tensor *t, void *weights,
-                     uint8_t *mask, uint64_t first, size_t count, float *out)
+                     uint8_t *mask, uint64_t first, size_t count, float *out,
+                     struct tbm_request *req)
 {
     void *w = t->hdr.precision == TBM_FP32 ? (void *)out : weights;
     uint8_t *m = t->mask_usable ? mask : NULL;
-    int r = tbm_chunk_read(t, first, count, w, m);
+    int r = tbm_chunk_read(t, first, count, w, m, req);
 
     if (r < 0)
         return r;
@@ -54,7 +55,7 @@ int tbm_expand_chunk(const struct tbm_views *v, const struct tbm_tensor *t, void
  * its size. Whole aligned elements go straight into buf; a partial element at
  * either end, or a misaligned buf, goes through scratch. */
 static int dense_bytes(const struct tbm_views *v, const struct tbm_tensor *t, char *buf,
-                       uint64_t off, size_t len)
+                       uint64_t off, size_t len, struct tbm_request *req)
 {
     struct scratch *s = thread_scratch();
     uint64_t pos = off, end = off + len;
@@ -72,13 +73,13 @@ static int dense_bytes(const struct tbm_views *v, const struct tbm_tensor *t, ch
 
         if (direct) {
             count = (end - pos) / 4 < count ? (size_t)((end - pos) / 4) : count;
-            if ((r = tbm_expand_chunk(v, t, s->weights, s->mask, first, count,
-                                      (float *)(void *)dst)) < 0)
+            if ((r = tbm_expand_chunk(v, t, s->weights, s->mask, first, count, (float *)(void *)dst,
+                                      req)) < 0)
                 return r;
             pos += count * 4;
             continue;
         }
-        if ((r = tbm_expand_chunk(v, t, s->weights, s->mask, first, count, s->out)) < 0)
+        if ((r = tbm_expand_chunk(v, t, s->weights, s->mask, first, count, s->out, req)) < 0)
             return r;
         size_t n = count * 4 - skip;
         if (n > end - pos)
@@ -96,7 +97,7 @@ static uint64_t f32_size(const struct tbm_tensor *t)
 }
 
 static int dense_range(const struct tbm_views *v, const struct tbm_tensor *t, char *buf,
-                       uint64_t off, size_t len, size_t *got)
+                       uint64_t off, size_t len, struct tbm_request *req, size_t *got)
 {
     uint64_t size = f32_size(t);
 
@@ -105,7 +106,7 @@ static int dense_range(const struct tbm_views *v, const struct tbm_tensor *t, ch
         return 0;
     }
     size_t n = size - off < len ? (size_t)(size - off) : len;
-    int r = dense_bytes(v, t, buf, off, n);
+    int r = dense_bytes(v, t, buf, off, n, req);
     if (r < 0)
         return r;
     *got = n;
@@ -194,7 +195,7 @@ int tbm_dense_size(const struct tbm_views *v, const struct tbm_row *row, size_t 
 }
 
 int tbm_dense_read(const struct tbm_views *v, const struct tbm_row *row, size_t t, char *buf,
-                   uint64_t off, size_t len, size_t *got)
+                   uint64_t off, size_t len, struct tbm_request *req, size_t *got)
 {
     const struct tbm_tensor *tensor = &v->model->tensors[t];
     size_t hlen = npy_header_len(row, tensor), head = 0;
@@ -210,7 +211,7 @@ int tbm_dense_read(const struct tbm_views *v, const struct tbm_row *row, size_t 
         off = hlen;
     }
     size_t body = 0;
-    int r = head < len ? dense_range(v, tensor, buf + head, off - hlen, len - head, &body) : 0;
+    int r = head < len ? dense_range(v, tensor, buf + head, off - hlen, len - head, req, &body) : 0;
     if (r < 0)
         return r;
     *got = head + body;

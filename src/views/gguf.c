@@ -60,14 +60,15 @@ static size_t row_run(const struct tbm_gguf_tensor *gt, uint64_t e, size_t max)
 /* Bytes [b0, b0 + len) of a tensor's F32 data: the expansion, rows in GGUF
  * order. */
 static int f32_bytes(const struct tbm_views *v, const struct tbm_gguf_tensor *gt, struct scratch *s,
-                     char *buf, uint64_t b0, size_t len)
+                     char *buf, uint64_t b0, size_t len, struct tbm_request *req)
 {
     const struct tbm_tensor *t = &v->model->tensors[gt->t];
 
     for (uint64_t pos = b0, end = b0 + len; pos < end;) {
         uint64_t e = pos / 4, want = (end - e * 4 + 3) / 4;
         size_t count = row_run(gt, e, want < CHUNK ? (size_t)want : CHUNK);
-        int r = tbm_expand_chunk(v, t, s->weights, s->mask, source_element(gt, e), count, s->f32);
+        int r =
+            tbm_expand_chunk(v, t, s->weights, s->mask, source_element(gt, e), count, s->f32, req);
         if (r < 0)
             return r;
         size_t n = count * 4 - pos % 4;
@@ -81,7 +82,8 @@ static int f32_bytes(const struct tbm_views *v, const struct tbm_gguf_tensor *gt
 /* Bytes [b0, b0 + len) of a tensor's Q8_0 data: the blocks they touch,
  * quantized from the expansion. */
 static int q8_0_bytes(const struct tbm_views *v, const struct tbm_gguf_tensor *gt,
-                      struct scratch *s, char *buf, uint64_t b0, size_t len)
+                      struct scratch *s, char *buf, uint64_t b0, size_t len,
+                      struct tbm_request *req)
 {
     const struct tbm_tensor *t = &v->model->tensors[gt->t];
 
@@ -90,7 +92,8 @@ static int q8_0_bytes(const struct tbm_views *v, const struct tbm_gguf_tensor *g
         uint64_t want = (end - blk * TBM_Q8_0_BYTES + TBM_Q8_0_BYTES - 1) / TBM_Q8_0_BYTES;
         size_t count =
             row_run(gt, e, want < CHUNK / TBM_Q8_0_ELEMS ? want * TBM_Q8_0_ELEMS : CHUNK);
-        int r = tbm_expand_chunk(v, t, s->weights, s->mask, source_element(gt, e), count, s->f32);
+        int r =
+            tbm_expand_chunk(v, t, s->weights, s->mask, source_element(gt, e), count, s->f32, req);
         if (r < 0)
             return r;
         tbm_q8_0_quantize(v->model->isa, s->f32, count / TBM_Q8_0_ELEMS, s->q8);
@@ -106,7 +109,8 @@ static int q8_0_bytes(const struct tbm_views *v, const struct tbm_gguf_tensor *g
 /* Bytes [b0, b0 + len) of a tensor's data in its stored type: its rows in
  * GGUF order, each a run of the stored bytes, masked. */
 static int stored_bytes(const struct tbm_views *v, const struct tbm_gguf_tensor *gt,
-                        struct scratch *s, char *buf, uint64_t b0, size_t len)
+                        struct scratch *s, char *buf, uint64_t b0, size_t len,
+                        struct tbm_request *req)
 {
     const struct tbm_tensor *t = &v->model->tensors[gt->t];
     /* rows in place are one run */
@@ -117,8 +121,8 @@ static int stored_bytes(const struct tbm_views *v, const struct tbm_gguf_tensor 
         uint64_t g = pos / row, in = pos % row;
         uint64_t n = row - in < end - pos ? row - in : end - pos;
         uint64_t s0 = source_row(gt, g) * row + in;
-        int r =
-            tbm_masked_read(v->model->isa, t, s0, (size_t)n, buf + (pos - b0), s->weights, NULL);
+        int r = tbm_masked_read(v->model->isa, t, s0, (size_t)n, buf + (pos - b0), s->weights, NULL,
+                                req);
         if (r < 0)
             return r;
         pos += n;
@@ -135,7 +139,8 @@ static bool is_stored(const struct tbm_tensor *t, uint32_t type)
 }
 
 static int piece_bytes(const struct tbm_views *v, const struct tbm_gguf *g,
-                       const struct tbm_gguf_piece *p, char *buf, uint64_t b0, size_t len)
+                       const struct tbm_gguf_piece *p, char *buf, uint64_t b0, size_t len,
+                       struct tbm_request *req)
 {
     const struct tbm_gguf_tensor *gt = &g->tensors[p->k];
     struct scratch *s = thread_scratch();
@@ -143,10 +148,10 @@ static int piece_bytes(const struct tbm_views *v, const struct tbm_gguf *g,
     if (!s)
         return TBM_ERR_NOMEM;
     if (p->type == TBM_GGUF_Q8_0)
-        return q8_0_bytes(v, gt, s, buf, b0, len);
+        return q8_0_bytes(v, gt, s, buf, b0, len, req);
     if (is_stored(&v->model->tensors[gt->t], p->type))
-        return stored_bytes(v, gt, s, buf, b0, len);
-    return f32_bytes(v, gt, s, buf, b0, len);
+        return stored_bytes(v, gt, s, buf, b0, len, req);
+    return f32_bytes(v, gt, s, buf, b0, len, req);
 }
 
 static uint64_t piece_end(const void *piece)
@@ -172,7 +177,7 @@ int tbm_gguf_size(const struct tbm_views *v, const struct tbm_row *row, size_t t
 }
 
 int tbm_gguf_read(const struct tbm_views *v, const struct tbm_row *row, size_t t, char *buf,
-                  uint64_t off, size_t len, size_t *got)
+                  uint64_t off, size_t len, struct tbm_request *req, size_t *got)
 {
     const struct tbm_gguf *g = tbm_row_state(v, row);
     const struct tbm_gguf_file *f = &g->file;
@@ -198,7 +203,7 @@ int tbm_gguf_read(const struct tbm_views *v, const struct tbm_row *row, size_t t
         }
         uint64_t in = pos - p->start;
         size_t n = p->len - in < len - done ? (size_t)(p->len - in) : len - done;
-        int r = piece_bytes(v, g, p, buf + done, in, n);
+        int r = piece_bytes(v, g, p, buf + done, in, n, req);
         if (r < 0)
             return r;
         done += n;

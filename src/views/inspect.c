@@ -53,7 +53,7 @@ static void stream_free(struct stream *s)
  * (in the contract's layout whatever the stored one). */
 static int stream_read(struct stream *s, uint64_t first, uint64_t n)
 {
-    return tbm_chunk_read(s->t, first, n, s->weights, s->mask);
+    return tbm_chunk_read(s->t, first, n, s->weights, s->mask, NULL);
 }
 
 /* --- stats.json --- */

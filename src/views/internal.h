@@ -68,8 +68,11 @@ struct tbm_row {
                                        size_t t, uint64_t *skip);
     /* The size (a SOURCE row without it: its region's length past skip). */
     int (*size)(const struct tbm_views *v, const struct tbm_row *row, size_t t, uint64_t *size);
+    /* Bytes [off, off + len) into buf, short only at the end, each read of
+     * a source made as part of req, which the table ends (NULL: a SOURCE
+     * row's region is read). */
     int (*read)(const struct tbm_views *v, const struct tbm_row *row, size_t t, char *buf,
-                uint64_t off, size_t len, size_t *got);
+                uint64_t off, size_t len, struct tbm_request *req, size_t *got);
     int (*render)(const struct tbm_views *v, const struct tbm_row *row, size_t t, char **out,
                   size_t *len);
     /* COMPUTED, optional: where bytes at off lie as stored, for files
@@ -195,17 +198,18 @@ int tbm_header_json_render(const struct tbm_views *v, const struct tbm_row *row,
 /* dense.c: dense.f32, dense.npy; the row's arg says whether an NPY header
  * comes first */
 /* The float32 expansion, masked, of count elements of t from first on into
- * out, through the caller's scratch: weights (8 bytes an element) and mask
- * (a byte an element, plus 8). float32 weights are read straight into out
- * and masked in place, one copy fewer. */
+ * out, read as part of req, through the caller's scratch: weights (8 bytes
+ * an element) and mask (a byte an element, plus 8). float32 weights are read
+ * straight into out and masked in place, one copy fewer. */
 int tbm_expand_chunk(const struct tbm_views *v, const struct tbm_tensor *t, void *weights,
-                     uint8_t *mask, uint64_t first, size_t count, float *out);
+                     uint8_t *mask, uint64_t first, size_t count, float *out,
+                     struct tbm_request *req);
 bool tbm_dense_servable(const struct tbm_views *v, size_t t);
 const struct tbm_region *tbm_dense_region(const struct tbm_views *v, const struct tbm_row *row,
                                           size_t t, uint64_t *skip);
 int tbm_dense_size(const struct tbm_views *v, const struct tbm_row *row, size_t t, uint64_t *size);
 int tbm_dense_read(const struct tbm_views *v, const struct tbm_row *row, size_t t, char *buf,
-                   uint64_t off, size_t len, size_t *got);
+                   uint64_t off, size_t len, struct tbm_request *req, size_t *got);
 
 /* safetensors.c: model.safetensors; its layout is built when first needed */
 int tbm_safetensors_prepare(const struct tbm_views *v, const struct tbm_row *row, void **state);
@@ -221,7 +225,7 @@ bool tbm_safetensors_present(const struct tbm_views *v, const struct tbm_row *ro
 int tbm_safetensors_notes(const struct tbm_views *v, const struct tbm_row *row,
                           struct json_object *missing, struct json_object *notes, bool *expected);
 int tbm_safetensors_read(const struct tbm_views *v, const struct tbm_row *row, size_t t, char *buf,
-                         uint64_t off, size_t len, size_t *got);
+                         uint64_t off, size_t len, struct tbm_request *req, size_t *got);
 int tbm_safetensors_span(const struct tbm_views *v, const struct tbm_row *row, size_t t,
                          uint64_t off, size_t len, struct tbm_span *out);
 
@@ -238,7 +242,7 @@ int tbm_gguf_notes(const struct tbm_views *v, const struct tbm_row *row,
                    struct json_object *missing, struct json_object *notes, bool *expected);
 int tbm_gguf_size(const struct tbm_views *v, const struct tbm_row *row, size_t t, uint64_t *size);
 int tbm_gguf_read(const struct tbm_views *v, const struct tbm_row *row, size_t t, char *buf,
-                  uint64_t off, size_t len, size_t *got);
+                  uint64_t off, size_t len, struct tbm_request *req, size_t *got);
 int tbm_gguf_span(const struct tbm_views *v, const struct tbm_row *row, size_t t, uint64_t off,
                   size_t len, struct tbm_span *out);
 

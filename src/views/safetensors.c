@@ -437,7 +437,7 @@ static void note_step(void *ctx, uint64_t at, bool changed)
  * pos, into buf, masked in steps that end at granule boundaries, each
  * noted in sw. */
 static int tensor_bytes(enum tbm_isa isa, const struct tbm_tensor *t, char *buf, uint64_t b0,
-                        size_t len, uint64_t pos, struct sweep *sw)
+                        size_t len, uint64_t pos, struct sweep *sw, struct tbm_request *req)
 {
     const struct tbm_masked_steps steps = {
         .pos = pos, .grain = GRANULE, .note = note_step, .ctx = sw};
@@ -445,11 +445,11 @@ static int tensor_bytes(enum tbm_isa isa, const struct tbm_tensor *t, char *buf,
 
     if (!as_stored(t) && !(s = thread_scratch()))
         return TBM_ERR_NOMEM;
-    return tbm_masked_read(isa, t, b0, len, buf, s ? s->mask : NULL, &steps);
+    return tbm_masked_read(isa, t, b0, len, buf, s ? s->mask : NULL, &steps, req);
 }
 
 int tbm_safetensors_read(const struct tbm_views *v, const struct tbm_row *row, size_t t, char *buf,
-                         uint64_t off, size_t len, size_t *got)
+                         uint64_t off, size_t len, struct tbm_request *req, size_t *got)
 {
     const struct tbm_safetensors *st = layout(v, row);
     size_t done = 0;
@@ -470,7 +470,8 @@ int tbm_safetensors_read(const struct tbm_views *v, const struct tbm_row *row, s
         uint64_t pos = off + done;
         uint64_t in = pos - p->start;
         size_t n = p->len - in < len - done ? (size_t)(p->len - in) : len - done;
-        int r = tensor_bytes(v->model->isa, &v->model->tensors[p->t], buf + done, in, n, pos, &sw);
+        int r =
+            tensor_bytes(v->model->isa, &v->model->tensors[p->t], buf + done, in, n, pos, &sw, req);
         if (r < 0)
             return r;
         done += n;

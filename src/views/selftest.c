@@ -156,7 +156,7 @@ static int load_payload(const struct tbm_tensor *t, uint64_t n, void **w, uint8_
     *mask = malloc(mbytes + 1);
     if (!*w || !*mask)
         return TBM_ERR_NOMEM;
-    return tbm_chunk_read(t, 0, n, *w, *mask);
+    return tbm_chunk_read(t, 0, n, *w, *mask, NULL);
 }
 
 static int run_products(const struct tbm_views *v, const struct tbm_tensor *t, struct result *res)

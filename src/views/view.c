@@ -439,23 +439,23 @@ int tbm_row_render(const struct tbm_views *v, const struct tbm_row *row, size_t 
 }
 
 static int read_region(const struct tbm_tensor *tensor, const struct tbm_region *region, char *buf,
-                       uint64_t off, size_t len, size_t *got)
+                       uint64_t off, size_t len, struct tbm_request *req, size_t *got)
 {
     if (off >= region->len)
         return 0;
     size_t n = region->len - off < len ? (size_t)(region->len - off) : len;
-    int r = tbm_source_read_full(tensor->src, buf, n, region->off + off);
+    int r = tbm_source_read_full(tensor->src, buf, n, region->off + off, req);
     if (r < 0)
         return r;
     *got = n;
     return 0;
 }
 
-/* Reads computed, source or buffer bytes of a servable file into buf, in
- * the request's mode. Computed and source bytes serve this reply alone: the
- * change is checked once, after all of them are read. */
+/* Reads computed, source or buffer bytes of a servable file into buf, as
+ * part of req, which it ends. Computed and source bytes serve this reply
+ * alone: the change is checked once, after all of them are read. */
 static int read_bytes(const struct tbm_views *v, const struct tbm_row *row, size_t t, char *buf,
-                      uint64_t off, size_t len, unsigned mode, size_t *got)
+                      uint64_t off, size_t len, struct tbm_request *req, size_t *got)
 {
     const struct tbm_buffer *b;
     uint64_t skip;
@@ -466,11 +466,10 @@ static int read_bytes(const struct tbm_views *v, const struct tbm_row *row, size
         tbm_copy_range(buf, off, len, b->data, b->len, got);
         return 0;
     }
-    tbm_source_batch_begin(mode);
-    int r = row->read ? row->read(v, row, t, buf, off, len, got)
+    int r = row->read ? row->read(v, row, t, buf, off, len, req, got)
                       : read_region(&v->model->tensors[t], region_of(v, row, t, &skip), buf, off,
-                                    len, got);
-    r = tbm_source_batch_end(r);
+                                    len, req, got);
+    r = tbm_request_end(req, r);
     if (r < 0)
         *got = 0;
     return r;
@@ -554,7 +553,7 @@ void tbm_file_close(struct tbm_file *f)
 int tbm_file_read(struct tbm_file *f, uint64_t off, size_t len, char *buf, unsigned flags,
                   struct tbm_reply *out)
 {
-    unsigned mode = flags & TBM_READ_NOWAIT ? TBM_SOURCE_NOWAIT : 0;
+    struct tbm_request req = {.mode = flags & TBM_READ_NOWAIT ? TBM_SOURCE_NOWAIT : 0};
     struct tbm_span sp;
     size_t got;
     int r;
@@ -580,7 +579,7 @@ int tbm_file_read(struct tbm_file *f, uint64_t off, size_t len, char *buf, unsig
         return 0;
     }
     if (r > 0) {
-        r = tbm_source_hold(sp.src, sp.pos, sp.len, mode, &out->held);
+        r = tbm_source_hold(sp.src, sp.pos, sp.len, &req, &out->held);
         if (r < 0)
             return r;
         if (r > 0) {
@@ -588,7 +587,7 @@ int tbm_file_read(struct tbm_file *f, uint64_t off, size_t len, char *buf, unsig
             return 0;
         }
     }
-    r = read_bytes(f->v, f->row, f->t, buf, off, len, mode, &got);
+    r = read_bytes(f->v, f->row, f->t, buf, off, len, &req, &got);
     if (r < 0)
         return r;
     out->len = got;
@@ -605,7 +604,7 @@ int tbm_reply_check(const struct tbm_reply *reply)
 int tbm_reply_copy(struct tbm_reply *reply, char *buf)
 {
     assert(reply->kind == TBM_REPLY_SPLICE);
-    int r = tbm_source_read_full(reply->src, buf, reply->range.len, reply->range.pos);
+    int r = tbm_source_read_full(reply->src, buf, reply->range.len, reply->range.pos, NULL);
     if (r < 0)
         return r;
     *reply = (struct tbm_reply){.kind = TBM_REPLY_BYTES, .data = buf, .len = reply->range.len};

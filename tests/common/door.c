@@ -9,8 +9,8 @@
 
 #include "format/table.h"
 
-static bool holding;
-static long outstanding;
+static bool holding, far;
+static long outstanding, checks;
 
 static void broken(const char *what)
 {
@@ -26,9 +26,13 @@ int door_read(struct tbm_file *f, uint64_t off, size_t len, char *dst, enum door
 
     seen = seen ? seen : &none;
     *got = 0;
+    unsigned flags = mode == DOOR_SPLICE   ? TBM_READ_SPLICE
+                     : mode == DOOR_NOWAIT ? TBM_READ_NOWAIT
+                                           : 0;
     holding = mode == DOOR_HELD;
-    int r = tbm_file_read(f, off, len, dst, mode == DOOR_SPLICE ? TBM_READ_SPLICE : 0, &reply);
-    holding = false;
+    far = mode == DOOR_NOWAIT;
+    int r = tbm_file_read(f, off, len, dst, flags, &reply);
+    holding = far = false;
     if (r < 0)
         return r;
     seen->kind = reply.kind;
@@ -96,6 +100,10 @@ static int held_read(struct tbm_source *src, void *buf, size_t len, uint64_t off
 {
     struct held *h = (struct held *)src;
 
+    if (far && !(mode & TBM_SOURCE_NOWAIT))
+        broken("a read that would wait, in a request that may not");
+    if (far)
+        return TBM_ERR_AGAIN;
     return h->inner->ops->read(h->inner, buf, len, off, mode, got);
 }
 
@@ -103,6 +111,7 @@ static int held_identify(struct tbm_source *src, struct tbm_source_id *out)
 {
     struct held *h = (struct held *)src;
 
+    checks++;
     return h->inner->ops->identify(h->inner, out);
 }
 
@@ -192,4 +201,9 @@ void door_hold_model(struct tbm_model *m, size_t block)
 long door_holds_outstanding(void)
 {
     return outstanding;
+}
+
+long door_checks(void)
+{
+    return checks;
 }

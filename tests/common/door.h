@@ -1,7 +1,9 @@
 /* What the unit tests and the fuzzers read the views through: the daemon's
  * own door (tbm_file_open, tbm_file_read, tbm_reply_*), each reply taken as
  * the FUSE layer takes it, and a source that holds blocks in memory as a
- * remote source's cache does, so that every kind of reply is read. */
+ * remote source's cache does, so that every kind of reply is read (or, for
+ * a read that may not wait, has its bytes far, as a remote source's not yet
+ * fetched), and that counts its change checks. */
 #ifndef TBM_TESTS_DOOR_H
 #define TBM_TESTS_DOOR_H
 
@@ -17,6 +19,10 @@ enum door_mode {
     DOOR_BYTES,  /* no flags, holding off: computed or read bytes */
     DOOR_SPLICE, /* TBM_READ_SPLICE: a range of the source's descriptor where the bytes lie */
     DOOR_HELD,   /* holding on: pieces of the source's blocks where the bytes lie */
+    DOOR_NOWAIT, /* TBM_READ_NOWAIT, holding off, the source far: each read of the
+                  * holding source answers TBM_ERR_AGAIN, as a remote source's
+                  * whose blocks are on their way, and a read that would wait
+                  * aborts */
 };
 
 /* What door_read saw. */
@@ -49,5 +55,9 @@ void door_hold_model(struct tbm_model *m, size_t block);
 
 /* Holds not yet let go (0 once every reply is done). */
 long door_holds_outstanding(void);
+
+/* How many times a holding source was asked whether it changed (its
+ * identity), since the start. */
+long door_checks(void);
 
 #endif

@@ -4,8 +4,9 @@
  * reference computed here from the stored bytes, short and long ranges
  * against the whole, each read as bytes, as a range to splice (read back
  * from the file's descriptor) and as pieces held by a source that holds
- * blocks in memory; then every row of a small llama model, its GGUF files
- * among them, read the three ways. */
+ * blocks in memory, and as a read that may not wait while the source's bytes
+ * are far; then every row of a small llama model, its GGUF files among
+ * them, read those ways; then a request's mode and its one change check. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -13,6 +14,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -283,7 +286,9 @@ static void check_json(const struct tbm_row *row, size_t t, const char *doc, siz
 
 /* Reads len bytes at off of f each of the three ways and checks that each
  * gives exactly the bytes of whole (wlen bytes) there, short only at its
- * end. */
+ * end; then as a read that may not wait while the source is far, which
+ * gives the same bytes or, when they come from the source, TBM_ERR_AGAIN
+ * (the door aborts on a read of the source that would wait). */
 static void check_range(struct tbm_file *f, const char *whole, size_t wlen, uint64_t off,
                         size_t len)
 {
@@ -307,6 +312,12 @@ static void check_range(struct tbm_file *f, const char *whole, size_t wlen, uint
                                                   : "bytes");
         seen[how.kind]++;
     }
+    int r = door_read(f, off, len, buf, DOOR_NOWAIT, &got, &how);
+    if (r == TBM_ERR_AGAIN)
+        assert_int_equal(got, 0);
+    else if (r != 0 || got != want || memcmp(buf, whole + (off < wlen ? off : 0), want) != 0)
+        fail_msg("a read that may not wait, %zu bytes at %llu: status %d, %zu bytes", len,
+                 (unsigned long long)off, r, got);
 }
 
 /* Offsets of the short ranges: every one in a small file, else a sample
@@ -548,6 +559,78 @@ static void llama_rows(void **state)
     tbm_model_close(m);
 }
 
+/* Reads len bytes at off of place's row name for tensor t, asked as mode
+ * says; *got the bytes. */
+static int read_named(const struct tbm_views *v, enum tbm_row_place place, const char *name,
+                      size_t t, uint64_t off, size_t len, enum door_mode mode, size_t *got)
+{
+    static char buf[1 << 20];
+    const struct tbm_row *row = tbm_row_find(place, name);
+
+    assert_non_null(row);
+    assert_true(len <= sizeof(buf));
+    return door_read_row(v, row, t, off, len, buf, mode, got);
+}
+
+/* A request's reads of the source: made in its mode all the way down,
+ * whichever way the row's bytes come (its region, the expansion's
+ * tbm_chunk_read, the masked reads of model.safetensors and model.gguf, the
+ * quantized blocks of model.Q8_0.gguf), so that a read that may not wait is
+ * told TBM_ERR_AGAIN; and checked for a change once, after the last. */
+static void request_reads(void **state)
+{
+    static const struct {
+        enum tbm_row_place place;
+        const char *name;
+        size_t t;
+    } far[] = {
+        {TBM_ROW_TENSOR, "weights.bin", 4}, /* a region */
+        {TBM_ROW_TENSOR, "dense.f32", 7},   /* fp32 2:4, weights then mask words */
+        {TBM_ROW_TENSOR, "dense.npy", 9},   /* fp16 1:2, after its header */
+        {TBM_ROW_ROOT, "model.safetensors", 0}, {TBM_ROW_ROOT, "model.gguf", 0},
+        {TBM_ROW_ROOT, "model.Q8_0.gguf", 0},
+    };
+    struct tbm_model *m = NULL;
+    struct tbm_views *v = NULL;
+    char path[128];
+    size_t got;
+
+    (void)state;
+    write_llama();
+    open_views("llama.tbm", &m, &v);
+    for (size_t k = 0; k < sizeof(far) / sizeof(far[0]); k++) {
+        int r = read_named(v, far[k].place, far[k].name, far[k].t, 0, 1 << 20, DOOR_NOWAIT, &got);
+        if (r != TBM_ERR_AGAIN)
+            fail_msg("%s of tensor %zu, a read that may not wait: status %d, not TBM_ERR_AGAIN",
+                     far[k].name, far[k].t, r);
+        assert_int_equal(got, 0);
+    }
+    /* bytes fixed at open, or rendered then, do not wait */
+    assert_int_equal(read_named(v, TBM_ROW_ROOT, "index.json", 0, 0, 100, DOOR_NOWAIT, &got), 0);
+    assert_int_equal(got, 100);
+    assert_int_equal(read_named(v, TBM_ROW_TENSOR, "header.json", 7, 0, 100, DOOR_NOWAIT, &got), 0);
+    assert_int_equal(got, 100);
+    /* one check, however many reads the request made of the source */
+    for (size_t k = 1; k < sizeof(far) / sizeof(far[0]); k++) {
+        long before = door_checks();
+        int r = read_named(v, far[k].place, far[k].name, far[k].t, 0, 1 << 20, DOOR_BYTES, &got);
+        assert_int_equal(r, 0);
+        assert_true(got > 0);
+        if (door_checks() - before != 1)
+            fail_msg("%s of tensor %zu: %ld checks for one request", far[k].name, far[k].t,
+                     door_checks() - before);
+    }
+    /* and that check sees a change */
+    snprintf(path, sizeof(path), "%s/llama.tbm", dir);
+    struct timespec times[2] = {{0, UTIME_OMIT}, {1, 0}};
+    assert_int_equal(utimensat(AT_FDCWD, path, times, 0), 0);
+    assert_int_equal(read_named(v, TBM_ROW_TENSOR, "dense.f32", 7, 0, 64, DOOR_BYTES, &got),
+                     TBM_ERR_CHANGED);
+    assert_int_equal(got, 0);
+    tbm_views_close(v);
+    tbm_model_close(m);
+}
+
 /* The table's lookups agree with its listing, and names are unique. */
 static void table_lookups(void **state)
 {
@@ -570,6 +653,7 @@ int main(void)
         cmocka_unit_test(table_lookups),
         cmocka_unit_test(small_rows),
         cmocka_unit_test(llama_rows),
+        cmocka_unit_test(request_reads),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
