@@ -7,7 +7,8 @@ must zero them), rows of 256 (Q4_K, Q6_K), of 96 and 160 (Q5_0, Q8_0 fall-backs)
 80 (F16 fall-backs, F16 kept as stored), with and without lm_head (a tied token_embd is Q6_K),
 llama and mistral, over 8 layers (attn_v and ffn_down get more bits in some). On one model, on
 every kernel level the CPU has: random preads, O_DIRECT reads cut anywhere and mmap; then EIO
-once the source changes. llama.cpp loads the mount's file and evaluates, its log-probabilities
+once the source changes. The contract's departure: a super-block holding a NaN or an infinity
+is zeros but its scale d, the quiet NaN. llama.cpp loads the mount's file and evaluates, its log-probabilities
 equal to those of the reference file (skipped in the sanitized build: that runs llama.cpp, not
 tbmfs). Skipped (exit 77) when node-llama-cpp is not installed."""
 
@@ -18,6 +19,8 @@ import random
 import shutil
 import subprocess
 import sys
+
+import numpy as np
 
 import ggufref
 import harness
@@ -49,6 +52,8 @@ CASES = [
          {"embed": "fp32", "norm": "fp32", "q": "bf16", "k": "fp16", "v": "fp32", "o": "fp64",
           "mlp": "bf16", "head": "fp16"}, hidden=48, heads=4, kv_heads=2, layers=2, inter=80,
          vocab=64, lm_head=False),
+    case("llama, vocab 1 and intermediate 1 (matrices of one row are 1-D to ggml: kept)",
+         "llama", "fp32", hidden=256, heads=4, kv_heads=2, layers=2, inter=1, vocab=1),
 ]
 
 
@@ -133,6 +138,40 @@ def changed(suite, path):
         expect_eio(m.p(F), "%s after the change" % F)
 
 
+def nan_block(suite):
+    """The contract's departure: a super-block holding a NaN or an infinity is all zeros but its
+    F16 scale d, the quiet NaN 0x7E00 (Q4_K's d is its first two bytes); the rest of the file is
+    llama_model_quantize's of the same model without them (llama.cpp refuses such a tensor)."""
+    title, arch, dtypes, kw = CASES[0]
+    tensors, config = ggufref.llama_model(gen, dtypes, arch=arch, seed=9, **dict(kw, layers=1))
+    k = next(i for i, t in enumerate(tensors) if t.name.endswith("layers.0.mlp.up_proj.weight"))
+    t = tensors[k]
+    vals = np.random.default_rng(5).standard_normal(t.shape).astype("<f4")
+    files = []
+    for n, bad in enumerate((None, np.nan, -np.inf)):
+        v = vals.copy()
+        if bad is not None:
+            v[3, 10 + n] = bad
+        tensors[k] = gen.make_tensor(t.name, t.shape, "fp32", (0, 0), 1, values=v.view("<u4"))
+        path = os.path.join(suite.tmp, "nan%d" % n, "nan.tbm")  # one general.name
+        os.makedirs(os.path.dirname(path))
+        gen.write_file(path, gen.container(tensors, arch, config).data)
+        with harness.Mount(suite, path) as m:
+            eq(m.start(), 0, "mount %s" % path)
+            files.append(read_all(m.p(F)) if n else reference(suite, m, 100)[1])
+    g = llamaquant.read_gguf(files[0])
+    gt = next(x for x in g.tensors if x["name"] == "blk.0.ffn_up.weight")
+    eq(gt["type"], 12, "blk.0.ffn_up.weight's type (Q4_K)")
+    at = g.data_start + gt["offset"] + (3 * t.shape[1] // 256) * 144
+    want = files[0][:at] + b"\x00\x7e" + bytes(142) + files[0][at + 144:]
+    for n, got in enumerate(files[1:]):
+        eq(len(got), len(want), "size")
+        if got != want:
+            check(False, "%s with a %s differs from the reference with one NaN super-block at "
+                  "byte %d (the block at %d)" % (F, ("NaN", "-inf")[n],
+                                                  first_difference(got, want), at))
+
+
 def llama(path):
     """llama.cpp's log-probabilities after each token, as it printed them (JSON)."""
     p = subprocess.run(["node", EVAL, LLAMA_DIR, path, "1", "17", "42", "5", "60", "29"],
@@ -168,6 +207,8 @@ def main(suite):
             suite.case("%s: preads, O_DIRECT and mmap on every kernel level" % title,
                        lambda p=path: levels(suite, p, ref[0][1]), timeout=240)
             suite.case("a changed source: EIO", lambda p=path: changed(suite, p))
+    suite.case("a NaN or an infinity: its super-block's d the quiet NaN, the rest llama.cpp's",
+               lambda: nan_block(suite), timeout=120)
 
 
 if __name__ == "__main__":
