@@ -50,8 +50,7 @@ static uint32_t q4_k_m_type(const struct tbm_gguf_model *m, const struct tbm_ggu
     uint32_t type = TBM_GGUF_Q4_K;
 
     /* ggml counts a matrix of one row as 1-D; norms are kept */
-    if (!gt->matrix || gt->rows == 1 || !ends_with(name, "weight") ||
-        strstr(name, "_norm.weight"))
+    if (!gt->matrix || gt->rows == 1 || !ends_with(name, "weight") || strstr(name, "_norm.weight"))
         return tbm_gguf_stored_type(gt, precision);
     if (strcmp(name, "output.weight") == 0 ||
         (!m->output && strcmp(name, "token_embd.weight") == 0)) {

@@ -589,7 +589,7 @@ static void request_reads(void **state)
         {TBM_ROW_TENSOR, "dense.f32", 7},   /* fp32 2:4, weights then mask words */
         {TBM_ROW_TENSOR, "dense.npy", 9},   /* fp16 1:2, after its header */
         {TBM_ROW_ROOT, "model.safetensors", 0}, {TBM_ROW_ROOT, "model.gguf", 0},
-        {TBM_ROW_ROOT, "model.Q8_0.gguf", 0}, {TBM_ROW_ROOT, "model.Q4_K_M.gguf", 0},
+        {TBM_ROW_ROOT, "model.Q8_0.gguf", 0},   {TBM_ROW_ROOT, "model.Q4_K_M.gguf", 0},
     };
     struct tbm_model *m = NULL;
     struct tbm_views *v = NULL;
