@@ -1,24 +1,28 @@
-/* The GGUF files (model.gguf, model.Q8_0.gguf), per read: a range maps onto
- * the header (fixed at mount, gguf_layout.c), zero padding and pieces of
- * tensors, and only the bytes it covers are computed: stored elements masked
- * in place, F32 expansions, or Q8_0 blocks quantized from the expansion, the
- * rows of attn_q and attn_k taken in the converter's order. */
+/* The GGUF files (model.gguf, model.Q8_0.gguf, model.Q4_K_M.gguf), per read:
+ * a range maps onto the header (fixed at mount, gguf_layout.c), zero padding
+ * and pieces of tensors, and only the bytes it covers are computed: stored
+ * elements masked in place, F32 expansions, or the blocks of a computed type
+ * (Q8_0, Q4_K, F16, ...) it touches, quantized from the expansion, the rows
+ * of attn_q and attn_k taken in the converter's order. */
 #include "gguf.h"
 
 #include "base/search.h"
 
+#include <assert.h>
 #include <stdlib.h>
 #include <string.h>
 
 /* Elements per step: bounds the per-thread scratch (about 1 MiB) while
- * keeping each pread large. A multiple of the Q8_0 block. */
+ * keeping each pread large. A multiple of every block (the k-quants' 256). */
 #define CHUNK (64u * 1024u)
+/* Bytes per element a computed type may take at most (F16's 2). */
+#define QUANT_MAX 2u
 
 struct scratch {
     uint8_t weights[CHUNK * 8]; /* the stored weights; a masked read's mask words */
     uint8_t mask[CHUNK + 8];    /* m = 1 needs one byte per element */
     float f32[CHUNK];
-    uint8_t q8[CHUNK / TBM_Q8_0_ELEMS * TBM_Q8_0_BYTES];
+    uint8_t quant[CHUNK * QUANT_MAX];
 };
 
 _Static_assert(CHUNK * 8 >= TBM_MASKED_MASK_BYTES, "a masked read's mask words fit");
@@ -79,28 +83,29 @@ static int f32_bytes(const struct tbm_views *v, const struct tbm_gguf_tensor *gt
     return 0;
 }
 
-/* Bytes [b0, b0 + len) of a tensor's Q8_0 data: the blocks they touch,
- * quantized from the expansion. */
-static int q8_0_bytes(const struct tbm_views *v, const struct tbm_gguf_tensor *gt,
-                      struct scratch *s, char *buf, uint64_t b0, size_t len,
-                      struct tbm_request *req)
+/* Bytes [b0, b0 + len) of a tensor's data in computed type q: the blocks
+ * they touch (rows are whole blocks), quantized from the expansion. */
+static int quant_bytes(const struct tbm_views *v, const struct tbm_gguf_tensor *gt,
+                       const struct tbm_quant *q, struct scratch *s, char *buf, uint64_t b0,
+                       size_t len, struct tbm_request *req)
 {
     const struct tbm_tensor *t = &v->model->tensors[gt->t];
+    uint64_t bb = q->block_bytes, be = q->block_elems;
 
+    assert(bb <= be * QUANT_MAX && CHUNK % be == 0);
     for (uint64_t pos = b0, end = b0 + len; pos < end;) {
-        uint64_t blk = pos / TBM_Q8_0_BYTES, e = blk * TBM_Q8_0_ELEMS;
-        uint64_t want = (end - blk * TBM_Q8_0_BYTES + TBM_Q8_0_BYTES - 1) / TBM_Q8_0_BYTES;
-        size_t count =
-            row_run(gt, e, want < CHUNK / TBM_Q8_0_ELEMS ? want * TBM_Q8_0_ELEMS : CHUNK);
+        uint64_t blk = pos / bb, e = blk * be;
+        uint64_t want = (end - blk * bb + bb - 1) / bb;
+        size_t count = row_run(gt, e, want < CHUNK / be ? (size_t)(want * be) : CHUNK);
         int r =
             tbm_expand_chunk(v, t, s->weights, s->mask, source_element(gt, e), count, s->f32, req);
         if (r < 0)
             return r;
-        tbm_q8_0_quantize(v->model->isa, s->f32, count / TBM_Q8_0_ELEMS, s->q8);
-        size_t skip = (size_t)(pos - blk * TBM_Q8_0_BYTES);
-        size_t n = count / TBM_Q8_0_ELEMS * TBM_Q8_0_BYTES - skip;
+        q->quantize(v->model->isa, s->f32, count / be, s->quant);
+        size_t skip = (size_t)(pos - blk * bb);
+        size_t n = (size_t)(count / be * bb) - skip;
         n = n < end - pos ? n : (size_t)(end - pos);
-        memcpy(buf + (pos - b0), s->q8 + skip, n);
+        memcpy(buf + (pos - b0), s->quant + skip, n);
         pos += n;
     }
     return 0;
@@ -143,14 +148,16 @@ static int piece_bytes(const struct tbm_views *v, const struct tbm_gguf *g,
                        struct tbm_request *req)
 {
     const struct tbm_gguf_tensor *gt = &g->tensors[p->k];
+    const struct tbm_quant *q = tbm_quant_find(p->type);
     struct scratch *s = thread_scratch();
 
     if (!s)
         return TBM_ERR_NOMEM;
-    if (p->type == TBM_GGUF_Q8_0)
-        return q8_0_bytes(v, gt, s, buf, b0, len, req);
+    /* an F16 tensor stored in fp16 is its stored bytes */
     if (is_stored(&v->model->tensors[gt->t], p->type))
         return stored_bytes(v, gt, s, buf, b0, len, req);
+    if (q)
+        return quant_bytes(v, gt, q, s, buf, b0, len, req);
     return f32_bytes(v, gt, s, buf, b0, len, req);
 }
 

@@ -1,4 +1,4 @@
-/* The layout of a GGUF file (model.gguf, model.Q8_0.gguf) shared by the
+/* The layout of a GGUF file (model.gguf, model.Q8_0.gguf, model.Q4_K_M.gguf) shared by the
  * file that fixes it at mount (gguf_layout.c) and the one that serves reads
  * (gguf.c). */
 #ifndef TBM_VIEWS_GGUF_H
@@ -10,7 +10,12 @@
 enum {
     TBM_GGUF_F32 = 0,
     TBM_GGUF_F16 = 1,
+    TBM_GGUF_Q5_0 = 6,
+    TBM_GGUF_Q5_1 = 7,
     TBM_GGUF_Q8_0 = 8,
+    TBM_GGUF_Q4_K = 12,
+    TBM_GGUF_Q5_K = 13,
+    TBM_GGUF_Q6_K = 14,
     TBM_GGUF_BF16 = 30,
 };
 
@@ -18,6 +23,7 @@ enum {
 struct tbm_gguf_tensor {
     size_t t;   /* in the model */
     char *name; /* its GGUF name */
+    long layer; /* N of blk.N., -1 for a whole-model tensor */
     bool matrix;
     uint64_t rows, cols; /* 1 x n for a 1-D tensor */
     uint32_t heads;      /* rows permuted as llama.cpp's converter does, in that
@@ -39,18 +45,33 @@ struct tbm_gguf_file {
     uint64_t size;
 };
 
+/* What a variant's rule may ask of the whole model besides the tensor. */
+struct tbm_gguf_model {
+    uint32_t layers, heads, kv_heads;
+    bool output; /* output.weight is there (else token_embd is the output too) */
+};
+
 /* A GGUF file of the model, a row's arg: the rule that gives each tensor
  * its type in the file, and what its header says of them. */
 struct tbm_gguf_variant {
-    /* the type of tensor gt, stored in precision, in the file */
-    uint32_t (*type)(const struct tbm_gguf_tensor *gt, unsigned precision);
+    /* the type of tensor gt, stored in precision, in the file of model m */
+    uint32_t (*type)(const struct tbm_gguf_model *m, const struct tbm_gguf_tensor *gt,
+                     unsigned precision);
     uint32_t file_type; /* general.file_type, or TBM_GGUF_FILE_TYPE_MOST */
     bool quantized;     /* general.quantization_version is written */
+    /* the file is model.gguf rewritten by llama_model_quantize: tensors in
+     * its order (layer, then name), dimensions as ggml counts them (trailing
+     * 1s dropped), general.quantization_version and general.file_type last */
+    bool requantized;
 };
 
 /* general.file_type: that of the type most matrix elements have (llama.cpp's
  * 0 F32, 1 F16, 32 BF16; the lower number on a tie). */
 #define TBM_GGUF_FILE_TYPE_MOST UINT32_MAX
+
+/* model.gguf's type of a tensor: a matrix in its stored precision (fp64 as
+ * F32), the rest F32. */
+uint32_t tbm_gguf_stored_type(const struct tbm_gguf_tensor *gt, unsigned precision);
 
 /* A GGUF row's state: which tensors go in under which name (or why the
  * model cannot be a GGUF), and the file's layout, fixed at mount. */

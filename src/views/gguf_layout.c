@@ -1,4 +1,4 @@
-/* The GGUF files (model.gguf, model.Q8_0.gguf), at mount: whether the model
+/* The GGUF files (model.gguf, model.Q8_0.gguf, model.Q4_K_M.gguf), at mount: whether the model
  * can be a GGUF (llama or mistral, the config's keys, every tensor llama.cpp
  * needs, sound and of the shape the config implies), which tensors go in
  * under which GGUF name, and a file's header bytes and data layout, fixed
@@ -367,50 +367,56 @@ static void model_name(const char *path, char *out, size_t size)
     tbm_text_clean(out, size, path + start, end - start);
 }
 
+/* Bytes of n elements of a type (rows are whole blocks). */
 static uint64_t type_bytes(uint32_t type, uint64_t n)
 {
-    switch (type) {
-    case TBM_GGUF_F16:
-    case TBM_GGUF_BF16:
-        return n * 2;
-    case TBM_GGUF_Q8_0:
-        return n / TBM_Q8_0_ELEMS * TBM_Q8_0_BYTES;
-    }
-    return n * 4;
+    const struct tbm_quant *q = tbm_quant_find(type);
+
+    if (q)
+        return n / q->block_elems * q->block_bytes;
+    return type == TBM_GGUF_BF16 ? n * 2 : n * 4;
 }
 
-/* model.gguf: every matrix in its stored precision (fp64 as F32), the rest
- * F32. */
-static uint32_t stored_type(const struct tbm_gguf_tensor *g, unsigned precision)
+uint32_t tbm_gguf_stored_type(const struct tbm_gguf_tensor *gt, unsigned precision)
 {
     static const uint32_t native[] = {TBM_GGUF_F32, TBM_GGUF_F16, TBM_GGUF_BF16, TBM_GGUF_F32};
 
-    return g->matrix ? native[precision] : TBM_GGUF_F32;
+    return gt->matrix ? native[precision] : TBM_GGUF_F32;
+}
+
+static uint32_t stored_type(const struct tbm_gguf_model *m, const struct tbm_gguf_tensor *gt,
+                            unsigned precision)
+{
+    (void)m;
+    return tbm_gguf_stored_type(gt, precision);
 }
 
 /* model.Q8_0.gguf: every matrix whose rows are whole blocks in Q8_0, the
  * rest F32. */
-static uint32_t q8_0_type(const struct tbm_gguf_tensor *g, unsigned precision)
+static uint32_t q8_0_type(const struct tbm_gguf_model *m, const struct tbm_gguf_tensor *gt,
+                          unsigned precision)
 {
+    (void)m;
     (void)precision;
-    return g->matrix && g->cols % TBM_Q8_0_ELEMS == 0 ? TBM_GGUF_Q8_0 : TBM_GGUF_F32;
+    return gt->matrix && gt->cols % TBM_Q8_0_ELEMS == 0 ? TBM_GGUF_Q8_0 : TBM_GGUF_F32;
 }
 
-const struct tbm_gguf_variant tbm_gguf_stored = {stored_type, TBM_GGUF_FILE_TYPE_MOST, false};
+const struct tbm_gguf_variant tbm_gguf_stored = {stored_type, TBM_GGUF_FILE_TYPE_MOST, false,
+                                                 false};
 /* llama.cpp's LLAMA_FTYPE_MOSTLY_Q8_0 */
-const struct tbm_gguf_variant tbm_gguf_q8_0 = {q8_0_type, 7, true};
+const struct tbm_gguf_variant tbm_gguf_q8_0 = {q8_0_type, 7, true, false};
 
 /* The type a tensor has in the file. */
 static uint32_t type_of(const struct tbm_views *v, const struct tbm_gguf_variant *var,
-                        const struct tbm_gguf_tensor *gt)
+                        const struct tbm_gguf_model *gm, const struct tbm_gguf_tensor *gt)
 {
-    return var->type(gt, v->model->tensors[gt->t].hdr.precision);
+    return var->type(gm, gt, v->model->tensors[gt->t].hdr.precision);
 }
 
 /* general.file_type: the variant's, or the type most matrix elements have,
  * the lower number on a tie (llama.cpp's 0 F32, 1 F16, 32 BF16). */
 static uint32_t file_type(const struct tbm_views *v, const struct tbm_gguf_variant *var,
-                          const struct tbm_gguf *g)
+                          const struct tbm_gguf_model *gm, const struct tbm_gguf *g)
 {
     uint64_t count[3] = {0, 0, 0};
 
@@ -420,14 +426,15 @@ static uint32_t file_type(const struct tbm_views *v, const struct tbm_gguf_varia
         const struct tbm_gguf_tensor *gt = &g->tensors[k];
         if (!gt->matrix)
             continue;
-        uint32_t type = type_of(v, var, gt);
+        uint32_t type = type_of(v, var, gm, gt);
         count[type == TBM_GGUF_F32 ? 0 : type == TBM_GGUF_F16 ? 1 : 2] += gt->rows * gt->cols;
     }
     return count[0] >= count[1] && count[0] >= count[2] ? 0 : count[1] >= count[2] ? 1 : 32;
 }
 
 static void put_kvs(struct tbm_buf *b, const struct tbm_views *v, const struct tbm_gguf *g,
-                    const struct llama_config *c, const struct tbm_gguf_variant *var)
+                    const struct llama_config *c, const struct tbm_gguf_variant *var,
+                    const struct tbm_gguf_model *gm)
 {
     const struct tbm_model *m = v->model;
     char name[4096];
@@ -436,9 +443,11 @@ static void put_kvs(struct tbm_buf *b, const struct tbm_views *v, const struct t
     kv_str(b, "general.architecture", "llama");
     kv_str(b, "general.name", name);
     kv_u32(b, "general.alignment", ALIGN);
-    kv_u32(b, "general.file_type", file_type(v, var, g));
-    if (var->quantized)
-        kv_u32(b, "general.quantization_version", 2);
+    if (!var->requantized) {
+        kv_u32(b, "general.file_type", file_type(v, var, gm, g));
+        if (var->quantized)
+            kv_u32(b, "general.quantization_version", 2);
+    }
     kv_u32(b, "llama.context_length", c->context);
     kv_u32(b, "llama.embedding_length", c->hidden);
     kv_u32(b, "llama.block_count", c->layers);
@@ -460,6 +469,20 @@ static void put_kvs(struct tbm_buf *b, const struct tbm_views *v, const struct t
         }
         put_str(b, m->tensors[t].name, m->tensors[t].name_len);
     }
+    if (var->requantized) {
+        kv_u32(b, "general.quantization_version", 2);
+        kv_u32(b, "general.file_type", file_type(v, var, gm, g));
+    }
+}
+
+/* llama_model_quantize's tensor order: by layer (none first), then name. */
+static int llama_order(const void *a, const void *b)
+{
+    const struct tbm_gguf_tensor *x = a, *y = b;
+
+    if (x->layer != y->layer)
+        return x->layer < y->layer ? -1 : 1;
+    return strcmp(x->name, y->name);
 }
 
 /* Renders the file's header and places each tensor's data after it. */
@@ -469,21 +492,27 @@ static int build_file(const struct tbm_views *v, struct tbm_gguf *g, const struc
     struct tbm_gguf_file *f = &g->file;
     struct tbm_buf b = TBM_BUF_INIT;
     uint64_t data = 0;
+    struct tbm_gguf_model gm = {c->layers, c->heads, c->kv_heads, false};
 
+    for (size_t k = 0; k < g->ntensors; k++)
+        gm.output |= strcmp(g->tensors[k].name, "output.weight") == 0;
     tbm_buf_add(&b, "GGUF", 4);
     put_u32(&b, 3);
     put_u64(&b, g->ntensors);
     put_u64(&b, var->quantized ? 17 : 16);
-    put_kvs(&b, v, g, c, var);
+    put_kvs(&b, v, g, c, var, &gm); /* while the tensors are in index order */
+    if (var->requantized)
+        qsort(g->tensors, g->ntensors, sizeof(*g->tensors), llama_order);
     for (size_t k = 0; k < g->ntensors; k++) {
         const struct tbm_gguf_tensor *gt = &g->tensors[k];
-        uint32_t type = type_of(v, var, gt);
+        uint32_t type = type_of(v, var, &gm, gt);
         uint64_t len = type_bytes(type, gt->rows * gt->cols);
+        bool two = gt->matrix && (gt->rows != 1 || !var->requantized);
 
         put_str(&b, gt->name, strlen(gt->name));
-        put_u32(&b, gt->matrix ? 2 : 1);
+        put_u32(&b, two ? 2 : 1);
         put_u64(&b, gt->cols);
-        if (gt->matrix)
+        if (two)
             put_u64(&b, gt->rows);
         put_u32(&b, type);
         put_u64(&b, data);
@@ -526,6 +555,7 @@ static int take_tensors(const struct tbm_views *v, const struct llama_config *c,
         struct tbm_gguf_tensor *gt = &g->tensors[g->ntensors++];
         gguf_name(s, name, sizeof(name));
         gt->t = t;
+        gt->layer = s < TOP_KINDS ? -1 : (long)((s - TOP_KINDS) / LAYER_KINDS);
         gt->matrix = kind->cols != NONE;
         gt->rows = gt->matrix ? m->tensors[t].shape[0] : 1;
         gt->cols = gt->matrix ? m->tensors[t].shape[1] : m->tensors[t].shape[0];

@@ -233,7 +233,7 @@ int tbm_safetensors_span(const struct tbm_views *v, const struct tbm_row *row, s
  * struct tbm_gguf_variant (gguf.h), its state the file's layout, fixed at
  * mount */
 struct tbm_gguf_variant;
-extern const struct tbm_gguf_variant tbm_gguf_stored, tbm_gguf_q8_0;
+extern const struct tbm_gguf_variant tbm_gguf_stored, tbm_gguf_q8_0, tbm_gguf_q4_k_m;
 int tbm_gguf_prepare(const struct tbm_views *v, const struct tbm_row *row, void **state);
 void tbm_gguf_free(void *state);
 bool tbm_gguf_present(const struct tbm_views *v, const struct tbm_row *row);

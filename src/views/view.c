@@ -90,6 +90,7 @@ static const struct tbm_row table[] = {
     },
     GGUF_ROW("model.gguf", tbm_gguf_stored),
     GGUF_ROW("model.Q8_0.gguf", tbm_gguf_q8_0),
+    GGUF_ROW("model.Q4_K_M.gguf", tbm_gguf_q4_k_m),
     BLOB_PART_ROW("raw.tb", TBM_PART_RAW),
     {
         .name = "header.json",

@@ -575,8 +575,9 @@ static int read_named(const struct tbm_views *v, enum tbm_row_place place, const
 /* A request's reads of the source: made in its mode all the way down,
  * whichever way the row's bytes come (its region, the expansion's
  * tbm_chunk_read, the masked reads of model.safetensors and model.gguf, the
- * quantized blocks of model.Q8_0.gguf), so that a read that may not wait is
- * told TBM_ERR_AGAIN; and checked for a change once, after the last. */
+ * quantized blocks of model.Q8_0.gguf and model.Q4_K_M.gguf), so that a read
+ * that may not wait is told TBM_ERR_AGAIN; and checked for a change once,
+ * after the last. */
 static void request_reads(void **state)
 {
     static const struct {
@@ -588,7 +589,7 @@ static void request_reads(void **state)
         {TBM_ROW_TENSOR, "dense.f32", 7},   /* fp32 2:4, weights then mask words */
         {TBM_ROW_TENSOR, "dense.npy", 9},   /* fp16 1:2, after its header */
         {TBM_ROW_ROOT, "model.safetensors", 0}, {TBM_ROW_ROOT, "model.gguf", 0},
-        {TBM_ROW_ROOT, "model.Q8_0.gguf", 0},
+        {TBM_ROW_ROOT, "model.Q8_0.gguf", 0},   {TBM_ROW_ROOT, "model.Q4_K_M.gguf", 0},
     };
     struct tbm_model *m = NULL;
     struct tbm_views *v = NULL;
