@@ -145,6 +145,9 @@ def no_gguf(suite):
         ("num_heads not dividing hidden_size", base, dict(config, num_heads=5), "llama",
          "no model.gguf: hidden_size 64 is not a multiple of num_heads 5 with an even number "
          "per head"),
+        ("num_layers past the tensors", base, dict(config, num_layers=4294967295), "llama",
+         "no model.gguf: num_layers 4294967295 needs more tensors than the model's %d"
+         % len(base)),
         ("another architecture", base, config, "gpt2", None),
     ]
     for k, (title, tensors, cfg, arch, line) in enumerate(cases):
