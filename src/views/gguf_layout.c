@@ -585,6 +585,14 @@ static int lay_out(const struct tbm_views *v, const struct tbm_gguf_variant *var
 
     if (!read_config(m->config, &c, &g->missing))
         return g->missing ? 0 : TBM_ERR_NOMEM;
+    /* each layer names LAYER_KINDS tensors of its own: a count past the
+     * model's tensors is a config no file can follow, said before the slots
+     * it would size are allocated (4294967295 layers would be 300 GiB) */
+    if ((uint64_t)c.layers * LAYER_KINDS > m->ntensors) {
+        say(&g->missing, "no model.gguf: num_layers %u needs more tensors than the model's %zu",
+            c.layers, m->ntensors);
+        return g->missing ? 0 : TBM_ERR_NOMEM;
+    }
     nslots = TOP_KINDS + (size_t)c.layers * LAYER_KINDS;
     if (!(slots = calloc(nslots, sizeof(*slots))) || !(hf = calloc(nslots, sizeof(*hf))))
         goto cleanup;

@@ -145,6 +145,21 @@ def no_gguf(suite):
         ("num_heads not dividing hidden_size", base, dict(config, num_heads=5), "llama",
          "no model.gguf: hidden_size 64 is not a multiple of num_heads 5 with an even number "
          "per head"),
+        ("num_layers past the tensors", base, dict(config, num_layers=4294967295), "llama",
+         "no model.gguf: num_layers 4294967295 needs more tensors than the model's %d"
+         % len(base)),
+        ("hidden_size past the tensors", base,
+         dict(config, hidden_size=4294967294, num_heads=1, num_kv_heads=1), "llama",
+         "no model.gguf: model.embed_tokens.weight does not have the shape [96, 4294967294]"),
+        ("intermediate_size past the tensors", base, dict(config, intermediate_size=4294967295),
+         "llama",
+         "no model.gguf: model.layers.0.mlp.gate_proj.weight does not have the shape "
+         "[4294967295, 64]"),
+        ("vocab_size past the tensors", base, dict(config, vocab_size=4294967295), "llama",
+         "no model.gguf: model.embed_tokens.weight does not have the shape [4294967295, 64]"),
+        ("num_heads past hidden_size", base, dict(config, num_heads=4294967295), "llama",
+         "no model.gguf: hidden_size 64 is not a multiple of num_heads 4294967295 with an even "
+         "number per head"),
         ("another architecture", base, config, "gpt2", None),
     ]
     for k, (title, tensors, cfg, arch, line) in enumerate(cases):
