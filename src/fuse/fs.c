@@ -26,6 +26,9 @@ enum {
     INO_FIRST_ROOT_FILE,
 };
 
+/* Background requests the kernel may have outstanding on the connection. */
+#define TBM_FS_MAX_BACKGROUND 256u
+
 /* The tree never changes while mounted, so the kernel may cache it all. */
 #define CACHE_SECONDS 86400.0
 
@@ -86,6 +89,13 @@ static void op_init(void *userdata, struct fuse_conn_info *conn)
     if (conn->capable & FUSE_CAP_READDIRPLUS)
         conn->want |= FUSE_CAP_READDIRPLUS;
     conn->want &= ~FUSE_CAP_READDIRPLUS_AUTO;
+    /* The kernel's default of 12 background requests (O_DIRECT and
+     * read-ahead reads among them) lets reads parked for a remote transfer
+     * hold every slot, and another user's read of a file served from memory
+     * then queues in the kernel behind them: parked reads hold no worker, so
+     * the daemon can take many more. */
+    conn->max_background = TBM_FS_MAX_BACKGROUND;
+    conn->congestion_threshold = TBM_FS_MAX_BACKGROUND * 3 / 4;
 }
 
 static const struct tbm_fs *fs_of(fuse_req_t req)

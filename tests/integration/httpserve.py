@@ -100,6 +100,8 @@ class Hostile:
                     if host.trickle and a < host.trickle_before:
                         for i in range(len(body)):
                             if host.done.wait(host.trickle):
+                                # the body cut short: the client sees it at once
+                                self.close_connection = True
                                 return
                             self.wfile.write(body[i:i + 1])
                             self.wfile.flush()

@@ -2,7 +2,8 @@
 """Integration test of what every remote source owes its user whatever the server does: secrets
 out of sight (a URL's user:password@ and ?query, a header's token), headers sent only to the
 source's own origin, a server's words cleaned before they are quoted, a private certificate
-authority for https:// and s3://, and no read that waits for ever on a trickling server."""
+authority for https:// and s3://, no read that waits for ever on a trickling server, and
+another user's files served from memory at once while one user's reads wait on it."""
 
 import errno
 import json
@@ -10,14 +11,63 @@ import os
 import signal
 import struct
 import subprocess
+import sys
 import threading
 import time
 
 import harness
 import httpserve
+import models
 from harness import Mount, check, eq, mounted, read_all, run_tbmfs
 from test_http import read_direct
 from test_s3 import errno_name, finish, start
+
+# two users with no other rights on an allow_other mount; setresuid needs no passwd entry
+WAITER, VICTIM = 65534, 65533
+
+# Run as a user: "wait PATH N" reads 1 MiB with O_DIRECT at each of N offsets of PATH, one
+# thread each, all at once; "time PATH..." reads each PATH whole with O_DIRECT in turn and
+# prints one JSON line of their seconds.
+CHILD = r"""
+import json, mmap, os, sys, threading, time
+def direct(path, off, n):
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECT)
+    buf = mmap.mmap(-1, n)
+    try:
+        return os.preadv(fd, [buf], off)
+    finally:
+        buf.close()
+        os.close(fd)
+if sys.argv[1] == "wait":
+    def one(k):
+        try:
+            direct(sys.argv[2], k << 20, 1 << 20)
+        except OSError:
+            pass
+    ts = [threading.Thread(target=one, args=(k,)) for k in range(int(sys.argv[3]))]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    sys.exit(0)
+secs = []
+for p in sys.argv[2:]:
+    t0 = time.monotonic()
+    off = 0
+    while True:
+        n = direct(p, off, 1 << 20)
+        if n <= 0:
+            break
+        off += n
+    secs.append(time.monotonic() - t0)
+print(json.dumps(secs))
+"""
+
+
+def as_user(uid, args):
+    return subprocess.Popen([sys.executable, "-c", CHILD] + args, user=uid, group=uid,
+                            extra_groups=[], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
 
 PASSWORD, TOKEN, API_KEY = "PASSWORDpw01", "TOKENqs02", "APIKEYhdr03"
 SECRETS = [PASSWORD, TOKEN, API_KEY]
@@ -262,11 +312,67 @@ def failed_transfer(suite, model_bytes, model_path):
     suite.case("a failed transfer is not a change: the statistics are computed again", go, 90)
 
 
+def fairness(suite):
+    """One user's 30 O_DIRECT reads of blocks not cached, on a trickling server, and another
+    user's O_DIRECT reads of index.json, of a header.json whose statistics are known and of a
+    raw.tb whose blocks are cached: each under 0.2 s. The kernel's default of 12 background
+    requests a connection, held by the parked reads, made them wait for the deadline."""
+    gen = harness.load_gen()
+    os.chmod(suite.tmp, 0o755)
+    path = os.path.join(suite.tmp, "fair.tbm")
+    big = gen.make_tensor("big", [4096, 4096], "fp32", (2, 4), 7)
+    small = gen.make_tensor("small", [64, 64], "fp32", (2, 4), 8)
+    models.write_container(gen, path, [small, big])
+    with open(path, "rb") as f:
+        data = f.read()
+
+    def go():
+        with httpserve.Hostile(data) as server:
+            m = start(suite, server.url("m.tbm"), {}, ["-o", "allow_other"])
+            waiter = None
+            try:
+                mine = [m.p("index.json"), m.p("tensors", "small", "header.json"),
+                        m.p("tensors", "small", "raw.tb")]
+                for p in mine:  # statistics known, blocks cached
+                    read_direct(p)
+                raw = m.p("tensors", "big", "raw.tb")
+                check(os.stat(raw).st_size > 31 << 20, "big's raw.tb is too small")
+                server.trickle, server.trickle_before = 0.5, len(data)
+                waiter = as_user(WAITER, ["wait", raw, "30"])
+                time.sleep(1)  # the 30 reads parked
+                check(waiter.poll() is None, "the waiter's reads ended: %s" % (
+                    waiter.stderr.read()[-300:] if waiter.poll() is not None else ""))
+                victim = as_user(VICTIM, ["time"] + mine)
+                out, err = victim.communicate(timeout=harness.CMD_TIMEOUT)
+                eq(victim.returncode, 0, "the other user's reads (%s)" % err.strip()[-300:])
+                secs = json.loads(out)
+                print("# while 30 reads wait: index.json %.3f s, header.json %.3f s, cached "
+                      "raw.tb %.3f s" % tuple(secs), flush=True)
+                for p, t in zip(("index.json", "header.json", "raw.tb"), secs):
+                    check(t < 0.2, "%s took %.3f s while another user's reads wait" % (p, t))
+            finally:
+                server.done.set()  # the trickles end, their reads fail at once
+                if waiter:
+                    try:
+                        waiter.wait(harness.CMD_TIMEOUT)
+                    finally:
+                        if waiter.poll() is None:
+                            waiter.kill()
+                            waiter.wait()
+                        waiter.stdout.close()
+                        waiter.stderr.close()
+                finish(m)
+
+    suite.case("fairness: one user's 30 reads wait on a trickle, another's index.json, "
+               "header.json and cached raw.tb under 0.2 s", go, 90)
+
+
 def main(suite):
     model = os.path.join(suite.tmp, "model.tbm")
     subprocess.run(["/usr/bin/python3", harness.GEN, "llama", model], check=True, timeout=120)
     with open(model, "rb") as f:
         data = f.read()
+    fairness(suite)
     secrets(suite, data)
     redirects(suite, data)
     private_ca(suite, model)
