@@ -62,9 +62,10 @@ int tbm_log_to_file(const char *path, char *why, size_t whylen)
     if (fd < 0) {
         int err = errno;
         snprintf(why, whylen, "%s",
-                 err == ELOOP   ? "a symbolic link: name the file itself"
-                 : err == ENXIO ? "not a regular file"
-                                : strerror(err));
+                 err == ELOOP    ? "a symbolic link: name the file itself"
+                 : err == EISDIR ? "is a directory, not a regular file"
+                 : err == ENXIO  ? "not a regular file (a FIFO or a device with no reader)"
+                                 : strerror(err));
         return -1;
     }
     if (fstat(fd, &st) != 0) {
