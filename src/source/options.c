@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "base/named.h"
 #include "scheme.h"
@@ -295,6 +296,16 @@ void tbm_source_hide_secrets(char *arg)
         char *p = strstr(arg, name);
         if (p && (p = strchr(p, ':')))
             memset(p + 1, '*', strlen(p + 1));
+    }
+    /* an option's value that is a URL (s3_endpoint=http://user:pw@host):
+     * its user information, as a source URL's */
+    for (char *eq = strchr(arg, '='); eq; eq = strchr(eq + 1, '=')) {
+        char *start = !strncasecmp(eq + 1, "http://", 7)    ? eq + 8
+                      : !strncasecmp(eq + 1, "https://", 8) ? eq + 9
+                                                            : NULL;
+        char *at = start ? memrchr(start, '@', strcspn(start, "/?#,")) : NULL;
+        if (at)
+            memset(start, '*', (size_t)(at - start));
     }
     tbm_scheme_url_hide(arg);
 }

@@ -274,6 +274,9 @@ static void test_hide_secrets(void **state)
     hidden("http_header=X-Api-Key: secret", "http_header=X-Api-Key:*******");
     hidden("ro,http_header=X: v,allow_other", "ro,http_header=X:**************");
     hidden("http_header_file=/etc/a:b", "http_header_file=/etc/a:b");
+    hidden("s3_endpoint=http://user:pass@host:9000/", "s3_endpoint=http://*********@host:9000/");
+    hidden("ro,s3_endpoint=HTTPS://u:p@h,allow_other", "ro,s3_endpoint=HTTPS://***@h,allow_other");
+    hidden("s3_endpoint=http://host/a@b", "s3_endpoint=http://host/a@b");
 }
 
 /* The table of schemes is the one that tells a URL, whatever the case. */
