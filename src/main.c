@@ -51,9 +51,9 @@ int main(int argc, char *argv[])
     if (status != 0)
         goto out;
     if (cli.logfile) {
-        int r = tbm_log_to_file(cli.logfile);
-        if (r < 0) {
-            tbm_log(TBM_LOG_ERROR, "logfile=%s: %s", cli.logfile, strerror(-r));
+        char why[256];
+        if (tbm_log_to_file(cli.logfile, why, sizeof(why)) < 0) {
+            tbm_log(TBM_LOG_ERROR, "logfile=%s: %s", cli.logfile, why);
             status = TBM_EXIT_USAGE;
             goto out;
         }

@@ -6,6 +6,7 @@
 #define TBM_LOG_H
 
 #include <stdarg.h>
+#include <stddef.h>
 
 enum tbm_log_level {
     TBM_LOG_ERROR,   /* a request or the program failed */
@@ -20,8 +21,10 @@ void tbm_log_to_syslog(void);
 
 /* Appends lines to path (created 0600 if missing), each beginning with an
  * ISO 8601 UTC timestamp, in place of stderr or syslog for the rest of the
- * run. 0, or -errno with nothing changed. */
-int tbm_log_to_file(const char *path);
+ * run. Only a regular file the user running owns, never through a symlink,
+ * and opened without blocking (a FIFO is refused, not waited on). 0, or -1
+ * with nothing changed and the reason in why. */
+int tbm_log_to_file(const char *path, char *why, size_t whylen);
 
 /* Logs one line. The text is made valid UTF-8 with no control bytes
  * (%XX in their place) whatever it quotes, and "tbmfs: " leads it on stderr.

@@ -8,10 +8,12 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <syslog.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "base/named.h"
 #include "tbm/text.h"
 
 enum dest { DEST_STDERR, DEST_SYSLOG, DEST_FILE };
@@ -48,14 +50,37 @@ void tbm_log_to_syslog(void)
         set_dest(DEST_SYSLOG, -1);
 }
 
-int tbm_log_to_file(const char *path)
+int tbm_log_to_file(const char *path, char *why, size_t whylen)
 {
-    int fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NOCTTY, 0600);
+    /* O_NOFOLLOW: a symlink planted where the log goes would have the lines
+     * appended anywhere; O_NONBLOCK: a FIFO with no reader fails (ENXIO)
+     * instead of waiting for one */
+    int fd = open(
+        path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NOCTTY | O_NOFOLLOW | O_NONBLOCK, 0600);
+    struct stat st;
 
-    if (fd < 0)
-        return -errno;
-    set_dest(DEST_FILE, fd);
-    return 0;
+    if (fd < 0) {
+        int err = errno;
+        snprintf(why, whylen, "%s",
+                 err == ELOOP    ? "a symbolic link: name the file itself"
+                 : err == EISDIR ? "is a directory, not a regular file"
+                 : err == ENXIO  ? "not a regular file (a FIFO or a device with no reader)"
+                                 : strerror(err));
+        return -1;
+    }
+    if (fstat(fd, &st) != 0) {
+        snprintf(why, whylen, "%s", strerror(errno));
+    } else if (!S_ISREG(st.st_mode)) {
+        snprintf(why, whylen, "is %s, not a regular file", tbm_named_kind(st.st_mode));
+    } else if (st.st_uid != geteuid()) {
+        snprintf(why, whylen, "owned by uid %u, not by uid %u who mounts: refused",
+                 (unsigned)st.st_uid, (unsigned)geteuid());
+    } else {
+        set_dest(DEST_FILE, fd);
+        return 0;
+    }
+    close(fd);
+    return -1;
 }
 
 static int syslog_priority(enum tbm_log_level level)

@@ -7,6 +7,7 @@
  * open, and the source's operations. What a scheme changes (where a URL's
  * bytes are, what signs a request) its row says (scheme.h). */
 #include <curl/curl.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -16,6 +17,7 @@
 #include <time.h>
 
 #include "answer.h"
+#include "base/named.h"
 #include "cache.h"
 #include "hints.h"
 #include "scheme.h"
@@ -38,13 +40,17 @@
  * 64 KiB streamed some 10% faster than 512 KiB, and 8 transfer threads
  * slower than 4. */
 #define CURL_BUFFER (64L << 10)
+/* A CA bundle: the system's whole store is a few hundred KiB. */
+#define CA_MAX ((size_t)16 << 20)
 
 struct http {
     struct tbm_source src; /* first: the ops are given &src */
     char *url;             /* what is requested: src.name may hide parts of it */
     struct curl_slist *headers;
     long timeout;
-    char *ca_file;
+    char *ca_file;                   /* its path, until read into ca */
+    struct tbm_named ca;             /* the CA bundle's bytes, given to libcurl, which */
+    struct curl_blob blob;           /* then opens no file by name */
     const struct tbm_scheme *scheme; /* its row */
     void *state;                     /* the row's, for its requests */
     char denied_logged[96];          /* the refusal logged last, until a success */
@@ -173,7 +179,7 @@ static CURL *easy_new(struct http *h)
     if (curl_easy_setopt(e, CURLOPT_URL, h->url) != CURLE_OK ||
         curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http,https") != CURLE_OK ||
         curl_easy_setopt(e, CURLOPT_FOLLOWLOCATION, 0L) != CURLE_OK ||
-        (h->ca_file && curl_easy_setopt(e, CURLOPT_CAINFO, h->ca_file) != CURLE_OK) ||
+        (h->ca.bytes && curl_easy_setopt(e, CURLOPT_CAINFO_BLOB, &h->blob) != CURLE_OK) ||
         curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L) != CURLE_OK ||
         curl_easy_setopt(e, CURLOPT_NOPROGRESS, 0L) != CURLE_OK ||
         curl_easy_setopt(e, CURLOPT_XFERINFOFUNCTION, progress_cb) != CURLE_OK ||
@@ -741,6 +747,7 @@ static void http_close(struct tbm_source *src)
     free(h->src.name);
     free(h->url);
     free(h->ca_file);
+    tbm_named_free(&h->ca);
     free(h);
 }
 
@@ -776,6 +783,21 @@ static int open_scheme(struct http *h, const char *url, const struct tbm_remote_
         t.ca_file = NULL;
     }
     free(t.ca_file);
+    return r;
+}
+
+/* The CA bundle, read as every file named by the user is (base/named.h):
+ * a FIFO or a device in its place fails the open at once. */
+static int read_ca(struct http *h, char *why, size_t whylen)
+{
+    if (!h->ca_file)
+        return 0;
+    int r = tbm_named_read(AT_FDCWD, h->ca_file, h->ca_file, CA_MAX, &h->ca, why, whylen);
+    if (r == 1)
+        r = TBM_ERR_SOURCE; /* why says so */
+    if (r == TBM_ERR_NOMEM)
+        snprintf(why, whylen, "out of memory");
+    h->blob = (struct curl_blob){.data = h->ca.bytes, .len = h->ca.len, .flags = CURL_BLOB_NOCOPY};
     return r;
 }
 
@@ -839,6 +861,7 @@ int tbm_source_open_url(const char *url, const struct tbm_remote_options *opts,
         (t->ca_file && !(h->ca_file = strdup(t->ca_file))))
         goto fail;
     if ((status = open_scheme(h, url, opts, why, whylen)) < 0 ||
+        (status = read_ca(h, why, whylen)) < 0 ||
         (status = tbm_http_headers(t, &h->headers, why, whylen)) < 0)
         goto fail;
     status = TBM_ERR_NOMEM;

@@ -3,12 +3,21 @@
  * them into the struct of their owner, and what the command line must not
  * show of them. */
 #include <errno.h>
+#include <fcntl.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
+#include "base/named.h"
 #include "scheme.h"
+#include "tbm/log.h"
+
+/* A header file is a few lines; each as long as a line was before it was
+ * read whole (fgets' 8 KiB). */
+#define HEADER_FILE_MAX ((size_t)1 << 20)
+#define HEADER_LINE_MAX 8191
 
 struct tbm_remote_options {
     struct tbm_http_options http;
@@ -205,39 +214,59 @@ const void *tbm_scheme_options(const struct tbm_remote_options *o, const struct 
     return NULL;
 }
 
-/* -o http_header_file: "Name: value" a line; blank lines and lines that
- * begin with '#' are skipped. A line is never quoted: it may be a secret. */
-static int read_header_file(const char *path, struct curl_slist **list, char *why, size_t whylen)
+/* One line of the header file, the n-th; lines that are blank or begin
+ * with '#' are skipped. */
+static int header_line(const char *path, unsigned n, char *line, struct curl_slist **list,
+                       char *why, size_t whylen)
 {
-    FILE *f = fopen(path, "re");
-    char line[8192];
-    int status = 0;
-    unsigned n = 0;
+    size_t len = strlen(line);
+    bool control = false;
 
-    if (!f) {
-        snprintf(why, whylen, "%s: %s", path, strerror(errno));
+    while (len > 0 && line[len - 1] == '\r')
+        line[--len] = '\0';
+    if (len == 0 || line[0] == '#')
+        return 0;
+    for (size_t i = 0; i < len; i++)
+        control |= (unsigned char)line[i] < 0x20 && line[i] != '\t';
+    const char *colon = strchr(line, ':');
+    if (!colon || colon == line || control || len >= HEADER_LINE_MAX) {
+        snprintf(why, whylen, "%s: line %u: not one header line \"Name: value\"", path, n);
         return TBM_ERR_SOURCE;
     }
-    while (status == 0 && fgets(line, sizeof(line), f)) {
-        size_t len = strlen(line);
-        n++;
-        while (len > 0 && (line[len - 1] == '\n' || line[len - 1] == '\r'))
-            line[--len] = '\0';
-        if (len == 0 || line[0] == '#')
-            continue;
-        const char *colon = strchr(line, ':');
-        bool control = false;
-        for (size_t i = 0; i < len; i++)
-            control |= (unsigned char)line[i] < 0x20 && line[i] != '\t';
-        if (!colon || colon == line || control || len == sizeof(line) - 1) {
-            snprintf(why, whylen, "%s: line %u: not one header line \"Name: value\"", path, n);
-            status = TBM_ERR_SOURCE;
-        } else if (!tbm_header_add(list, line)) {
-            status = TBM_ERR_NOMEM;
-        }
+    if (!tbm_header_add(list, line)) {
+        snprintf(why, whylen, "out of memory");
+        return TBM_ERR_NOMEM;
     }
-    explicit_bzero(line, sizeof(line));
-    fclose(f);
+    return 0;
+}
+
+/* -o http_header_file: "Name: value" a line, read as every file named by
+ * the user is (base/named.h). A line is never quoted: it may be a secret;
+ * for the same reason a file others may read is warned of. */
+static int read_header_file(const char *path, struct curl_slist **list, char *why, size_t whylen)
+{
+    struct tbm_named f;
+    int status = tbm_named_read(AT_FDCWD, path, path, HEADER_FILE_MAX, &f, why, whylen);
+    unsigned n = 0;
+
+    if (status == 1)
+        status = TBM_ERR_SOURCE; /* why says so */
+    if (status == TBM_ERR_NOMEM)
+        snprintf(why, whylen, "out of memory");
+    if (status < 0)
+        return status;
+    if (f.st.st_mode & (S_IRGRP | S_IROTH))
+        tbm_log(TBM_LOG_WARNING, "%s: readable by %s: a header file holds secrets, chmod 600 it",
+                path, f.st.st_mode & S_IROTH ? "every user" : "its group");
+    /* the bytes end in a NUL: line by line in place */
+    for (char *line = f.bytes, *next; status == 0 && line < f.bytes + f.len; line = next) {
+        char *nl = memchr(line, '\n', (size_t)(f.bytes + f.len - line));
+        next = nl ? nl + 1 : f.bytes + f.len;
+        if (nl)
+            *nl = '\0';
+        status = header_line(path, ++n, line, list, why, whylen);
+    }
+    tbm_named_free(&f);
     return status;
 }
 
@@ -267,6 +296,16 @@ void tbm_source_hide_secrets(char *arg)
         char *p = strstr(arg, name);
         if (p && (p = strchr(p, ':')))
             memset(p + 1, '*', strlen(p + 1));
+    }
+    /* an option's value that is a URL (s3_endpoint=http://user:pw@host):
+     * its user information, as a source URL's */
+    for (char *eq = strchr(arg, '='); eq; eq = strchr(eq + 1, '=')) {
+        char *start = !strncasecmp(eq + 1, "http://", 7)    ? eq + 8
+                      : !strncasecmp(eq + 1, "https://", 8) ? eq + 9
+                                                            : NULL;
+        char *at = start ? memrchr(start, '@', strcspn(start, "/?#,")) : NULL;
+        if (at)
+            memset(start, '*', (size_t)(at - start));
     }
     tbm_scheme_url_hide(arg);
 }

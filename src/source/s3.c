@@ -15,6 +15,7 @@
 #include <time.h>
 
 #include "scheme.h"
+#include "tbm/log.h"
 
 #define S3_SCHEME "s3://"
 /* For every GET, signed or not: its body is empty. libcurl signs the value
@@ -127,30 +128,50 @@ struct s3_options {
 
 /* What an s3:// source keeps for its requests: libcurl's signing parameter
  * ("aws:amz:REGION:s3") and the credentials, read again when refused or on
- * SIGHUP. */
+ * SIGHUP. The lock is never held across a reading: a reader reads alone,
+ * then swaps what it read in under the lock. */
 struct s3 {
     char *sigv4;
+    char *name; /* the s3:// URL, for messages */
     pthread_mutex_t lock;
+    pthread_cond_t read_done;
+    bool reading;
     struct tbm_s3_credentials cred;
     unsigned version;      /* bumped when a reading found other credentials */
     unsigned reloads_seen; /* tbm_scheme_reloads at the last reading */
     struct timespec read_at;
 };
 
-/* Reads the credentials again; called with the lock held. */
+/* Reads the credentials again; called with the lock held, which is let go
+ * during the reading. One reading at a time: a caller that finds one under
+ * way waits for its end. A file that cannot be read keeps the credentials
+ * read before, said in one line. */
 static void credentials_read(struct s3 *s)
 {
     struct tbm_s3_credentials now;
-    unsigned seen = tbm_scheme_reloads();
+    char why[4200];
 
-    tbm_s3_credentials_load(&now);
-    if (memcmp(&now, &s->cred, sizeof(now)) != 0) {
+    if (s->reading) {
+        while (s->reading)
+            pthread_cond_wait(&s->read_done, &s->lock);
+        return;
+    }
+    s->reading = true;
+    s->reloads_seen = tbm_scheme_reloads();
+    clock_gettime(CLOCK_MONOTONIC, &s->read_at);
+    pthread_mutex_unlock(&s->lock);
+    int r = tbm_s3_credentials_load(&now, why, sizeof(why));
+    if (r < 0)
+        tbm_log(TBM_LOG_ERROR, "%s: credentials not read again, the ones before are kept: %s",
+                s->name, r == TBM_ERR_NOMEM ? "out of memory" : why);
+    pthread_mutex_lock(&s->lock);
+    if (r == 0 && memcmp(&now, &s->cred, sizeof(now)) != 0) {
         s->cred = now;
         s->version++;
     }
+    s->reading = false;
+    pthread_cond_broadcast(&s->read_done);
     tbm_s3_credentials_clear(&now);
-    s->reloads_seen = seen;
-    clock_gettime(CLOCK_MONOTONIC, &s->read_at);
 }
 
 static void s3_close(void *state)
@@ -160,8 +181,10 @@ static void s3_close(void *state)
     if (!s)
         return;
     tbm_s3_credentials_clear(&s->cred);
+    pthread_cond_destroy(&s->read_done);
     pthread_mutex_destroy(&s->lock);
     free(s->sigv4);
+    free(s->name);
     free(s);
 }
 
@@ -178,7 +201,10 @@ static int s3_open(const char *name, const void *options, struct tbm_scheme_targ
     if (!s)
         return r;
     pthread_mutex_init(&s->lock, NULL);
+    pthread_cond_init(&s->read_done, NULL);
     out->state = s;
+    if (!(s->name = strdup(name)))
+        return r;
     if ((r = tbm_s3_locate(name, o ? o->endpoint : NULL, o ? o->region : NULL, &out->url, &region,
                            why, whylen)) < 0)
         return r;
@@ -189,9 +215,11 @@ static int s3_open(const char *name, const void *options, struct tbm_scheme_targ
     const char *bundle = getenv("AWS_CA_BUNDLE");
     if (r == 0 && bundle && *bundle && !(out->ca_file = strdup(bundle)))
         r = TBM_ERR_NOMEM;
-    pthread_mutex_lock(&s->lock);
-    credentials_read(s);
-    pthread_mutex_unlock(&s->lock);
+    /* at the mount, a file that cannot be read fails it */
+    s->reloads_seen = tbm_scheme_reloads();
+    clock_gettime(CLOCK_MONOTONIC, &s->read_at);
+    if (r == 0)
+        r = tbm_s3_credentials_load(&s->cred, why, whylen);
     return r;
 }
 
@@ -239,7 +267,7 @@ static bool s3_refresh(void *state, unsigned used)
     clock_gettime(CLOCK_MONOTONIC, &now);
     double since = (double)(now.tv_sec - s->read_at.tv_sec) +
                    (double)(now.tv_nsec - s->read_at.tv_nsec) * 1e-9;
-    if (s->version == used && since >= 1.0)
+    if (s->reading || (s->version == used && since >= 1.0))
         credentials_read(s);
     bool other = s->version != used;
     pthread_mutex_unlock(&s->lock);

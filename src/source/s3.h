@@ -32,8 +32,10 @@ struct tbm_s3_credentials {
  * AWS_PROFILE (else "default") of the shared credentials file
  * (AWS_SHARED_CREDENTIALS_FILE, else .aws/credentials under $HOME or the
  * user's home directory). *out is emptied first; nothing found is not an
- * error. Never says a secret. */
-void tbm_s3_credentials_load(struct tbm_s3_credentials *out);
+ * error. 0; or TBM_ERR_NOMEM or TBM_ERR_SOURCE when the file is there but
+ * cannot be read (not a regular file, too big), with one line naming it in
+ * why and *out empty. Never says a secret. */
+int tbm_s3_credentials_load(struct tbm_s3_credentials *out, char *why, size_t whylen);
 
 /* Wipes c (its secrets do not linger in freed or reused memory). */
 void tbm_s3_credentials_clear(struct tbm_s3_credentials *c);

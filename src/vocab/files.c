@@ -1,7 +1,6 @@
-/* Reads the five files of a tokenizer directory once, each bounded and
- * checked to be a regular file before a byte is read, so that nothing put in
- * their place (a FIFO, /dev/zero behind a symlink, a directory, a loop) can
- * make the mount hang or read without end. */
+/* Reads the five files of a tokenizer directory once, each as every file
+ * named by the user is (base/named.h): bounded and checked to be a regular
+ * file before a byte is read. */
 #include "tbm/vocab.h"
 #include "tbm/status.h"
 
@@ -13,6 +12,8 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+#include "base/named.h"
 
 static const char *const file_names[TBM_TOKENIZER_FILES] = {
     "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "generation_config.json",
@@ -35,108 +36,26 @@ static int fail(char **why, int status, const char *fmt, ...)
     return *why ? status : TBM_ERR_NOMEM;
 }
 
-static const char *kind_of(mode_t mode)
-{
-    if (S_ISDIR(mode))
-        return "a directory";
-    if (S_ISFIFO(mode))
-        return "a FIFO";
-    if (S_ISCHR(mode))
-        return "a character device";
-    if (S_ISBLK(mode))
-        return "a block device";
-    if (S_ISSOCK(mode))
-        return "a socket";
-    return "not a regular file";
-}
-
-/* Reads all of fd (a regular file of st_size bytes when opened) into *bytes,
- * NUL-terminated: the file may grow meanwhile, so the read is bounded by the
- * limit, not by the size seen. */
-static int read_all(int fd, const char *path, char **bytes, size_t *len, char **why)
-{
-    size_t cap = 4096, n = 0;
-    char *buf = malloc(cap + 1);
-
-    if (!buf)
-        return TBM_ERR_NOMEM;
-    for (;;) {
-        if (n == cap) {
-            if (cap > TBM_TOKENIZER_FILE_MAX)
-                break;
-            size_t grown = cap * 2 > (size_t)TBM_TOKENIZER_FILE_MAX + 1
-                               ? (size_t)TBM_TOKENIZER_FILE_MAX + 1
-                               : cap * 2;
-            char *p = realloc(buf, grown + 1);
-            if (!p) {
-                free(buf);
-                return TBM_ERR_NOMEM;
-            }
-            buf = p;
-            cap = grown;
-        }
-        ssize_t got = read(fd, buf + n, cap - n);
-        if (got < 0 && errno == EINTR)
-            continue;
-        if (got < 0) {
-            int err = errno;
-            free(buf);
-            return fail(why, TBM_ERR_SOURCE, "%s: %s", path, strerror(err));
-        }
-        if (got == 0)
-            break;
-        n += (size_t)got;
-    }
-    if (n > TBM_TOKENIZER_FILE_MAX) {
-        free(buf);
-        return fail(why, TBM_ERR_SOURCE, "%s: larger than %u MiB", path,
-                    TBM_TOKENIZER_FILE_MAX >> 20);
-    }
-    buf[n] = '\0';
-    *bytes = buf;
-    *len = n;
-    return 0;
-}
-
 /* One file of the directory: 1 when it is not there. */
 static int read_file(int dirfd, const char *dir, enum tbm_tokenizer_file f,
                      struct tbm_tokenizer_files *out, char **why)
 {
-    char *path;
+    struct tbm_named named;
+    char *path, line[8192];
     int r;
 
     if (asprintf(&path, "%s/%s", dir, file_names[f]) < 0)
         return TBM_ERR_NOMEM;
-    /* O_NONBLOCK: opening a FIFO for reading would otherwise wait for a
-     * writer; a regular file ignores it. */
-    int fd = openat(dirfd, file_names[f], O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
-    if (fd < 0) {
-        int err = errno;
-        r = err == ENOENT ? 1
-                          : fail(why, TBM_ERR_SOURCE, "%s: %s", path,
-                                 err == ELOOP ? "a symlink loop" : strerror(err));
-        goto out;
-    }
-    struct stat st;
-    if (fstat(fd, &st) != 0) {
-        r = fail(why, TBM_ERR_SOURCE, "%s: %s", path, strerror(errno));
-        goto out_close;
-    }
-    if (!S_ISREG(st.st_mode)) {
-        r = fail(why, TBM_ERR_SOURCE, "%s: is %s, not a regular file", path, kind_of(st.st_mode));
-        goto out_close;
-    }
-    if (st.st_size > (off_t)TBM_TOKENIZER_FILE_MAX) {
-        r = fail(why, TBM_ERR_SOURCE, "%s: %lld bytes, larger than %u MiB", path,
-                 (long long)st.st_size, TBM_TOKENIZER_FILE_MAX >> 20);
-        goto out_close;
-    }
-    r = read_all(fd, path, &out->file[f].bytes, &out->file[f].len, why);
-    out->file[f].present = r == 0;
-out_close:
-    close(fd);
-out:
+    r = tbm_named_read(dirfd, file_names[f], path, TBM_TOKENIZER_FILE_MAX, &named, line,
+                       sizeof(line));
     free(path);
+    if (r == 0) {
+        out->file[f].bytes = named.bytes;
+        out->file[f].len = named.len;
+        out->file[f].present = true;
+    } else if (r < 0 && r != TBM_ERR_NOMEM) {
+        r = fail(why, r, "%s", line);
+    }
     return r;
 }
 

@@ -120,7 +120,9 @@ static void remove_workdir(void)
     rmdir(dir);
 }
 
-/* One private directory per process, reused by every input. */
+/* One private directory per process, reused by every input: on tmpfs
+ * (/dev/shm) unless TMPDIR says where, so that each input's files are
+ * written to memory, not to a disk's journal. */
 static void setup_workdir(void)
 {
     const char *tmp = getenv("TMPDIR");
@@ -128,7 +130,7 @@ static void setup_workdir(void)
     if (dir[0])
         return;
     if (!tmp || !*tmp || strlen(tmp) > 200)
-        tmp = "/tmp";
+        tmp = access("/dev/shm", W_OK | X_OK) == 0 ? "/dev/shm" : "/tmp";
     snprintf(dir, sizeof(dir), "%s/tbm-fuzz-XXXXXX", tmp);
     if (!mkdtemp(dir))
         die("mkdtemp");

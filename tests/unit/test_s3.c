@@ -16,6 +16,7 @@
 
 #include "source/s3.h"
 #include "tbm/source.h"
+#include "tbm/status.h"
 
 static const char *const aws_vars[] = {
     "AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL",  "AWS_REGION",
@@ -116,6 +117,50 @@ static const char file_text[] = "# comment\n"
                                 "[half]\n"
                                 "aws_access_key_id=AKHALF\n";
 
+/* A load that must succeed. */
+static void load(struct tbm_s3_credentials *c)
+{
+    char why[4200];
+
+    assert_int_equal(tbm_s3_credentials_load(c, why, sizeof(why)), 0);
+}
+
+/* A credentials file that is no regular file fails at once, one line that
+ * names it, and gives no credentials. */
+static void refused(const char *path, const char *reason)
+{
+    struct tbm_s3_credentials c;
+    char why[4200], want[4200];
+
+    setenv("AWS_SHARED_CREDENTIALS_FILE", path, 1);
+    assert_int_equal(tbm_s3_credentials_load(&c, why, sizeof(why)), TBM_ERR_SOURCE);
+    snprintf(want, sizeof(want), "%s: %s", path, reason);
+    assert_string_equal(why, want);
+    assert_string_equal(c.key_id, "");
+}
+
+static void test_credentials_not_a_file(void **state)
+{
+    char dir[] = "/tmp/tbm-test-cred-XXXXXX", fifo[64], zero[64];
+
+    (void)state;
+    assert_non_null(mkdtemp(dir));
+    snprintf(fifo, sizeof(fifo), "%s/fifo", dir);
+    snprintf(zero, sizeof(zero), "%s/zero", dir);
+    assert_int_equal(mkfifo(fifo, 0600), 0);
+    assert_int_equal(symlink("/dev/zero", zero), 0);
+    unsetenv("AWS_ACCESS_KEY_ID");
+    unsetenv("AWS_SECRET_ACCESS_KEY");
+    unsetenv("AWS_PROFILE");
+    refused(fifo, "is a FIFO, not a regular file");
+    refused(zero, "is a character device, not a regular file");
+    refused(dir, "is a directory, not a regular file");
+    unlink(fifo);
+    unlink(zero);
+    rmdir(dir);
+    unsetenv("AWS_SHARED_CREDENTIALS_FILE");
+}
+
 static void test_credentials_file(void **state)
 {
     struct tbm_s3_credentials c;
@@ -124,20 +169,20 @@ static void test_credentials_file(void **state)
     (void)state;
     write_file(path, file_text);
     setenv("AWS_SHARED_CREDENTIALS_FILE", path, 1);
-    tbm_s3_credentials_load(&c);
+    load(&c);
     assert_string_equal(c.key_id, "AKDEFAULT");
     assert_string_equal(c.secret, "secret default");
     assert_string_equal(c.token, "");
     setenv("AWS_PROFILE", "reader", 1);
-    tbm_s3_credentials_load(&c);
+    load(&c);
     assert_string_equal(c.key_id, "AKREADER");
     assert_string_equal(c.secret, "SKREADER");
     assert_string_equal(c.token, "TOKEN=with=equals");
     setenv("AWS_PROFILE", "half", 1); /* half a key pair signs nothing */
-    tbm_s3_credentials_load(&c);
+    load(&c);
     assert_string_equal(c.key_id, "");
     setenv("AWS_PROFILE", "missing", 1);
-    tbm_s3_credentials_load(&c);
+    load(&c);
     assert_string_equal(c.key_id, "");
     unlink(path);
 }
@@ -151,11 +196,11 @@ static void test_environment_first(void **state)
     write_file(path, file_text);
     setenv("AWS_SHARED_CREDENTIALS_FILE", path, 1);
     setenv("AWS_ACCESS_KEY_ID", "AKENV", 1);
-    tbm_s3_credentials_load(&c); /* no secret in the environment: the file's */
+    load(&c); /* no secret in the environment: the file's */
     assert_string_equal(c.key_id, "AKDEFAULT");
     setenv("AWS_SECRET_ACCESS_KEY", "SKENV", 1);
     setenv("AWS_SESSION_TOKEN", "TKENV", 1);
-    tbm_s3_credentials_load(&c);
+    load(&c);
     assert_string_equal(c.key_id, "AKENV");
     assert_string_equal(c.secret, "SKENV");
     assert_string_equal(c.token, "TKENV");
@@ -177,7 +222,7 @@ static void test_home_file(void **state)
     fputs(file_text, f);
     fclose(f);
     setenv("HOME", home, 1);
-    tbm_s3_credentials_load(&c);
+    load(&c);
     assert_string_equal(c.key_id, "AKDEFAULT");
     unlink(path);
     rmdir(dir);
@@ -229,6 +274,9 @@ static void test_hide_secrets(void **state)
     hidden("http_header=X-Api-Key: secret", "http_header=X-Api-Key:*******");
     hidden("ro,http_header=X: v,allow_other", "ro,http_header=X:**************");
     hidden("http_header_file=/etc/a:b", "http_header_file=/etc/a:b");
+    hidden("s3_endpoint=http://user:pass@host:9000/", "s3_endpoint=http://*********@host:9000/");
+    hidden("ro,s3_endpoint=HTTPS://u:p@h,allow_other", "ro,s3_endpoint=HTTPS://***@h,allow_other");
+    hidden("s3_endpoint=http://host/a@b", "s3_endpoint=http://host/a@b");
 }
 
 /* The table of schemes is the one that tells a URL, whatever the case. */
@@ -252,6 +300,7 @@ int main(void)
         cmocka_unit_test_setup(test_key_encoding, clean_env),
         cmocka_unit_test_setup(test_refusals, clean_env),
         cmocka_unit_test_setup(test_credentials_file, clean_env),
+        cmocka_unit_test_setup(test_credentials_not_a_file, clean_env),
         cmocka_unit_test_setup(test_environment_first, clean_env),
         cmocka_unit_test_setup(test_home_file, clean_env),
         cmocka_unit_test_setup(test_url_display, clean_env),
