@@ -27,8 +27,17 @@ enum tbm_row_place {
 };
 
 /* How the views behave; zeroed fields take their defaults. */
+struct tbm_tokenizer_files;
+
 struct tbm_views_options {
     uint32_t selftest_batch; /* columns of the self-test's X, 1..TBM_BATCH_MAX; 0: 8 */
+    /* The tokenizer beside the model (tbm/vocab.h), read at mount: its files
+     * at the root, its vocabulary in the GGUF files. NULL: none. It must
+     * outlive the views. */
+    const struct tbm_tokenizer_files *tokenizer;
+    /* Why a tokenizer directory found beside the source is not used, a line
+     * for model.json's views_missing (NULL: nothing to say); copied. */
+    const char *tokenizer_note;
 };
 
 #define TBM_BATCH_DEFAULT 8

@@ -23,6 +23,7 @@ struct tbm_cli {
     unsigned max_threads; /* FUSE workers at most */
     bool set_max_threads; /* given: passed on to libfuse as given */
     char *logfile;
+    char *tokenizer; /* -o tokenizer=: a directory, "none", or NULL (beside SOURCE) */
     struct tbm_remote_options *remote; /* for a URL SOURCE: the source layer's own options */
     /* -o uid=, gid=, umask=: in place of the source's owner and modes */
     unsigned uid, gid, umask;
@@ -52,6 +53,16 @@ void tbm_cli_help(const char *prog);
 /* Forces the kernel level of TBMFS_KERNELS; -1 after one line on stderr
  * when the CPU lacks it. */
 int tbm_cli_select_isa(enum tbm_isa *isa);
+
+struct tbm_tokenizer_files;
+
+/* The tokenizer a mount of cli's source uses, read into files (*found;
+ * tbm_tokenizer_files_free them after). *note is a malloc'd line for
+ * model.json when a directory beside the source could not be used. 0, an
+ * exit status after one line on stderr (TBM_EXIT_USAGE: -o tokenizer= names
+ * a directory that cannot be used), or 1 when out of memory. */
+int tbm_cli_tokenizer(const struct tbm_cli *cli, struct tbm_tokenizer_files *files, bool *found,
+                      char **note);
 
 /* --check: checks every source, printing its problems and warnings; returns
  * the worst status (2 SOURCE unusable, over 1 problems, over 0 none). */

@@ -20,6 +20,7 @@
 #include "tbm/text.h"
 #include "tbm/source.h"
 #include "tbm/view.h"
+#include "tbm/vocab.h"
 
 /* A manifest keeps one open file per tensor for the whole mount, so the
  * soft limit on descriptors is raised as far as the hard one allows. */
@@ -253,6 +254,9 @@ int tbm_mount_run(const struct tbm_cli *cli, struct fuse_args *args)
 {
     struct tbm_open_options open_opts = {.strict = cli->strict, .remote = cli->remote};
     struct tbm_views_options view_opts = {.selftest_batch = cli->batch};
+    struct tbm_tokenizer_files tokenizer = {0};
+    bool with_tokenizer;
+    char *tokenizer_note = NULL;
     struct tbm_model *model = NULL;
     struct tbm_views *views = NULL;
     struct tbm_fs *fs = NULL;
@@ -260,10 +264,16 @@ int tbm_mount_run(const struct tbm_cli *cli, struct fuse_args *args)
     char err[1024];
     int status = 1;
 
+    status = tbm_cli_tokenizer(cli, &tokenizer, &with_tokenizer, &tokenizer_note);
+    if (status != 0)
+        return status;
+    status = 1;
+    view_opts.tokenizer = with_tokenizer ? &tokenizer : NULL;
+    view_opts.tokenizer_note = tokenizer_note;
     raise_fd_limit();
     if (!mountpoint_usable(cli->mountpoint) || !fuse_device_usable() ||
         tbm_cli_select_isa(&open_opts.isa) < 0)
-        return 1;
+        goto out;
     const char *unchecked = getenv("TBMFS_NO_CHANGE_CHECK");
     if (unchecked && strcmp(unchecked, "1") == 0)
         tbm_log(TBM_LOG_WARNING,
@@ -272,7 +282,7 @@ int tbm_mount_run(const struct tbm_cli *cli, struct fuse_args *args)
                 source);
     if (tbm_open_with_progress(source, &open_opts, &model, err, sizeof(err)) < 0) {
         tbm_log(TBM_LOG_ERROR, "%s", err);
-        return 1;
+        goto out;
     }
     size_t broken = tbm_model_problem_tensors(model);
     if (broken > 0)
@@ -297,5 +307,7 @@ out:
     free(fs);
     tbm_views_close(views);
     tbm_model_close(model);
+    tbm_tokenizer_files_free(&tokenizer);
+    free(tokenizer_note);
     return status;
 }

@@ -140,6 +140,15 @@ static int set_logfile(struct tbm_cli *cli, const char *value, const char *given
     return cli->logfile ? 0 : refuse(given, "out of memory");
 }
 
+static int set_tokenizer(struct tbm_cli *cli, const char *value, const char *given)
+{
+    if (!value || !*value)
+        return refuse(given, "must name a directory, or none");
+    free(cli->tokenizer);
+    cli->tokenizer = strdup(value);
+    return cli->tokenizer ? 0 : refuse(given, "out of memory");
+}
+
 static int set_uid(struct tbm_cli *cli, const char *value, const char *given)
 {
     cli->set_uid = true;
@@ -190,6 +199,10 @@ static const struct option options[] = {
     {"nosplice", NULL, set_nosplice,
      "read raw.tb, weights.bin, mask.bin into a buffer instead of splicing them\n"
      "from the source"},
+    {"tokenizer", "DIR", set_tokenizer,
+     "the Hugging Face tokenizer's directory (tokenizer.json, ...): its files at\n"
+     "the root, its vocabulary and chat template in the GGUF files (default: the\n"
+     "local SOURCE's directory when it has tokenizer.json; none: no tokenizer)"},
     {"uid", "N", set_uid, "owner of every file, in place of the source's"},
     {"gid", "N", set_gid, "group of every file, in place of the source's"},
     {"umask", "NNN", set_umask, "modes 0444 & ~umask (files), 0555 & ~umask (directories)"},
@@ -394,6 +407,7 @@ void tbm_cli_free(struct tbm_cli *cli)
     free(cli->sources);
     free(cli->mountpoint);
     free(cli->logfile);
+    free(cli->tokenizer);
     tbm_remote_options_free(cli->remote);
     free(cli->fuse.mountpoint);
 }

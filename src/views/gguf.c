@@ -183,6 +183,32 @@ int tbm_gguf_size(const struct tbm_views *v, const struct tbm_row *row, size_t t
     return 0;
 }
 
+/* The part of the header at off: head's first vocab_at bytes, the shared
+ * vocabulary, then the rest of head. */
+static void head_copy(const struct tbm_gguf_file *f, char *buf, uint64_t off, size_t len,
+                      size_t *done)
+{
+    const struct {
+        const char *bytes;
+        size_t len;
+    } parts[3] = {
+        {f->head, f->vocab_at},
+        {f->vocab, f->vocab_len},
+        {f->head + f->vocab_at, f->head_len - f->vocab_len - f->vocab_at},
+    };
+    uint64_t at = 0;
+
+    *done = 0;
+    for (size_t k = 0; k < 3 && *done < len; at += parts[k].len, k++) {
+        size_t got = 0;
+        if (off + *done >= at + parts[k].len)
+            continue;
+        tbm_copy_range(buf + *done, off + *done - at, len - *done, parts[k].bytes, parts[k].len,
+                       &got);
+        *done += got;
+    }
+}
+
 int tbm_gguf_read(const struct tbm_views *v, const struct tbm_row *row, size_t t, char *buf,
                   uint64_t off, size_t len, struct tbm_request *req, size_t *got)
 {
@@ -197,7 +223,7 @@ int tbm_gguf_read(const struct tbm_views *v, const struct tbm_row *row, size_t t
     if (len > f->size - off)
         len = (size_t)(f->size - off);
     if (off < f->head_len)
-        tbm_copy_range(buf, off, len, f->head, f->head_len, &done);
+        head_copy(f, buf, off, len, &done);
     for (size_t k = piece_at(f, off + done); done < len;) {
         uint64_t pos = off + done;
         const struct tbm_gguf_piece *p = k < f->npieces ? &f->pieces[k] : NULL;

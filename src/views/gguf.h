@@ -4,6 +4,7 @@
 #ifndef TBM_VIEWS_GGUF_H
 #define TBM_VIEWS_GGUF_H
 
+#include "arch.h"
 #include "internal.h"
 
 /* GGUF tensor types (ggml's enum ggml_type). */
@@ -37,9 +38,31 @@ struct tbm_gguf_piece {
     uint32_t type;
 };
 
+/* The vocabulary's key-values (tokenizer.ggml.model to
+ * tokenizer.chat_template), rendered once at mount for every GGUF file
+ * (gguf_vocab.c); or, when the tokenizer cannot be used, why. */
+struct tbm_gguf_vocab {
+    char *kv; /* NULL: none (the files say tokenizer.ggml.model "none") */
+    size_t len;
+    uint64_t count;
+    char *missing; /* "no vocabulary in model.gguf: ...", or NULL */
+};
+
+/* The vocabulary of tokenizer files (NULL: none) for a model of that
+ * config; 0, or TBM_ERR_NOMEM. */
+int tbm_gguf_vocab_open(const struct tbm_tokenizer_files *files, const struct json_object *config,
+                        struct tbm_gguf_vocab **out);
+void tbm_gguf_vocab_free(struct tbm_gguf_vocab *vocab);
+
 struct tbm_gguf_file {
-    char *head; /* everything before the data, padded to 32 */
+    /* everything before the data, padded to 32: head_len bytes, of which
+     * head holds the first vocab_at, then the rest after the vocabulary's
+     * vocab_len bytes (shared, not copied) */
+    char *head;
     size_t head_len;
+    size_t vocab_at;
+    const char *vocab;
+    size_t vocab_len;
     struct tbm_gguf_piece *pieces; /* by start */
     size_t npieces;
     uint64_t size;
@@ -47,8 +70,9 @@ struct tbm_gguf_file {
 
 /* What a variant's rule may ask of the whole model besides the tensor. */
 struct tbm_gguf_model {
-    uint32_t layers, heads, kv_heads;
-    bool output; /* output.weight is there (else token_embd is the output too) */
+    uint32_t layers;
+    bool type_70b; /* llama.cpp takes it for a 70B model (arch.h) */
+    bool output;   /* output.weight is there (else token_embd is the output too) */
 };
 
 /* A GGUF file of the model, a row's arg: the rule that gives each tensor
@@ -76,9 +100,9 @@ uint32_t tbm_gguf_stored_type(const struct tbm_gguf_tensor *gt, unsigned precisi
 /* A GGUF row's state: which tensors go in under which name (or why the
  * model cannot be a GGUF), and the file's layout, fixed at mount. */
 struct tbm_gguf {
-    bool llama;    /* the architecture is llama or mistral */
-    bool ok;       /* the file exists */
-    char *missing; /* llama but no file: why, one line for model.json */
+    const struct tbm_arch *arch; /* NULL: an architecture with no GGUF file */
+    bool ok;                     /* the file exists */
+    char *missing;               /* an arch but no file: why, one line for model.json */
     struct tbm_gguf_tensor *tensors;
     size_t ntensors;
     struct tbm_gguf_file file;

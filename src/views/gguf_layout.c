@@ -15,66 +15,49 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 
 #define ALIGN 32u
 
-/* The per-layer tensors: Hugging Face suffix after "model.layers.N.", GGUF
- * suffix after "blk.N.", and the shape as rows and columns in units of the
- * config (1-D when cols is NONE). */
-enum dim { NONE, HIDDEN, KV, INTER, VOCAB };
-
-struct slot_kind {
-    const char *hf, *gguf;
-    enum dim rows, cols;
-    bool permute_q, permute_k;
-};
-
-static const struct slot_kind layer_kinds[] = {
-    {"input_layernorm.weight", "attn_norm.weight", HIDDEN, NONE, false, false},
-    {"self_attn.q_proj.weight", "attn_q.weight", HIDDEN, HIDDEN, true, false},
-    {"self_attn.k_proj.weight", "attn_k.weight", KV, HIDDEN, false, true},
-    {"self_attn.v_proj.weight", "attn_v.weight", KV, HIDDEN, false, false},
-    {"self_attn.o_proj.weight", "attn_output.weight", HIDDEN, HIDDEN, false, false},
-    {"post_attention_layernorm.weight", "ffn_norm.weight", HIDDEN, NONE, false, false},
-    {"mlp.gate_proj.weight", "ffn_gate.weight", INTER, HIDDEN, false, false},
-    {"mlp.up_proj.weight", "ffn_up.weight", INTER, HIDDEN, false, false},
-    {"mlp.down_proj.weight", "ffn_down.weight", HIDDEN, INTER, false, false},
-};
-#define LAYER_KINDS (sizeof(layer_kinds) / sizeof(layer_kinds[0]))
-
-/* The whole-model tensors: slots 0, 1, 2 (output optional). */
-static const struct slot_kind top_kinds[] = {
-    {"model.embed_tokens.weight", "token_embd.weight", VOCAB, HIDDEN, false, false},
-    {"model.norm.weight", "output_norm.weight", HIDDEN, NONE, false, false},
-    {"lm_head.weight", "output.weight", VOCAB, HIDDEN, false, false},
+/* The whole-model tensors: slots 0, 1, 2 (output optional); slot 3 on, the
+ * architecture's layer tensors, layer after layer. */
+static const struct tbm_arch_tensor top_kinds[] = {
+    {"model.embed_tokens.weight", "token_embd.weight", TBM_DIM_VOCAB, TBM_DIM_HIDDEN, 0},
+    {"model.norm.weight", "output_norm.weight", TBM_DIM_HIDDEN, TBM_DIM_NONE, 0},
+    {"lm_head.weight", "output.weight", TBM_DIM_VOCAB, TBM_DIM_HIDDEN, 0},
 };
 #define TOP_KINDS   3
 #define OUTPUT_SLOT 2
 
 /* The config's numbers the files need. */
 struct llama_config {
+    const struct tbm_arch *arch;
     uint32_t hidden, heads, kv_heads, layers, inter, vocab, context;
+    uint32_t head; /* a head's size */
     float rope_theta, norm_eps;
 };
 
-static const struct slot_kind *slot_kind(size_t slot)
+static const struct tbm_arch_tensor *slot_kind(const struct llama_config *c, size_t slot)
 {
-    return slot < TOP_KINDS ? &top_kinds[slot] : &layer_kinds[(slot - TOP_KINDS) % LAYER_KINDS];
+    return slot < TOP_KINDS ? &top_kinds[slot]
+                            : &c->arch->layer[(slot - TOP_KINDS) % c->arch->nlayer];
 }
 
-static uint64_t dim_value(const struct llama_config *c, enum dim d)
+static uint64_t dim_value(const struct llama_config *c, enum tbm_arch_dim d)
 {
     switch (d) {
-    case HIDDEN:
+    case TBM_DIM_HIDDEN:
         return c->hidden;
-    case KV:
-        return (uint64_t)c->kv_heads * (c->hidden / c->heads);
-    case INTER:
+    case TBM_DIM_Q:
+        return (uint64_t)c->heads * c->head;
+    case TBM_DIM_KV:
+        return (uint64_t)c->kv_heads * c->head;
+    case TBM_DIM_HEAD:
+        return c->head;
+    case TBM_DIM_INTER:
         return c->inter;
-    case VOCAB:
+    case TBM_DIM_VOCAB:
         return c->vocab;
-    case NONE:
+    case TBM_DIM_NONE:
         break;
     }
     return 0;
@@ -137,6 +120,33 @@ static bool config_f32(const struct json_object *config, const char *key, float 
     return true;
 }
 
+/* The head size: the config's head_dim where the architecture takes it
+ * (then even, and hidden_size need not be a multiple of num_heads), else
+ * hidden_size / num_heads, which must then be whole and even. */
+static bool read_head(const struct json_object *config, struct llama_config *c, char **why)
+{
+    struct json_object *o;
+
+    if (c->arch->head_dim && json_object_object_get_ex(config, "head_dim", &o)) {
+        if (!config_u32(config, "head_dim", 0, &c->head, why))
+            return false;
+        if (c->head % 2 != 0) {
+            say(why, "no model.gguf: head_dim %u is not even", c->head);
+            return false;
+        }
+        return true;
+    }
+    if (c->hidden % c->heads != 0 || (c->hidden / c->heads) % 2 != 0) {
+        say(why,
+            "no model.gguf: hidden_size %u is not a multiple of num_heads %u with an even "
+            "number per head",
+            c->hidden, c->heads);
+        return false;
+    }
+    c->head = c->hidden / c->heads;
+    return true;
+}
+
 static bool read_config(const struct json_object *config, struct llama_config *c, char **why)
 {
     if (!config_u32(config, "hidden_size", 0, &c->hidden, why) ||
@@ -147,15 +157,8 @@ static bool read_config(const struct json_object *config, struct llama_config *c
         !config_u32(config, "num_kv_heads", c->heads, &c->kv_heads, why) ||
         !config_u32(config, "max_seq_len", 2048, &c->context, why) ||
         !config_f32(config, "rope_theta", 10000.0f, &c->rope_theta, why) ||
-        !config_f32(config, "norm_eps", 1e-5f, &c->norm_eps, why))
+        !config_f32(config, "norm_eps", 1e-5f, &c->norm_eps, why) || !read_head(config, c, why))
         return false;
-    if (c->hidden % c->heads != 0 || (c->hidden / c->heads) % 2 != 0) {
-        say(why,
-            "no model.gguf: hidden_size %u is not a multiple of num_heads %u with an even "
-            "number per head",
-            c->hidden, c->heads);
-        return false;
-    }
     /* llama.cpp shares each key/value head among num_heads / num_kv_heads
      * query heads: a remainder has no meaning to it */
     if (c->kv_heads > c->heads || c->heads % c->kv_heads != 0) {
@@ -191,8 +194,10 @@ static bool layer_number(const char *s, const char *limit, uint64_t *n, const ch
 /* The slot of a tensor name (len bytes) in a model of layers layers, and
  * whether it is a Hugging Face name (so that q and k are permuted); -1 for
  * a name llama.cpp does not expect. */
-static long name_slot(const char *name, size_t len, uint32_t layers, bool *hf)
+static long name_slot(const char *name, size_t len, const struct llama_config *c, bool *hf)
 {
+    size_t nkinds = c->arch->nlayer;
+
     static const char *const prefix[2] = {"blk.", "model.layers."};
 
     for (size_t k = 0; k < TOP_KINDS; k++) {
@@ -210,14 +215,14 @@ static long name_slot(const char *name, size_t len, uint32_t layers, bool *hf)
         uint64_t n;
 
         if (len <= pl || memcmp(name, prefix[h], pl) != 0 ||
-            !layer_number(name + pl, name + len, &n, &rest) || n >= layers)
+            !layer_number(name + pl, name + len, &n, &rest) || n >= c->layers)
             continue;
-        for (size_t k = 0; k < LAYER_KINDS; k++) {
-            const char *want = h ? layer_kinds[k].hf : layer_kinds[k].gguf;
+        for (size_t k = 0; k < nkinds; k++) {
+            const char *want = h ? c->arch->layer[k].hf : c->arch->layer[k].gguf;
             if ((size_t)(name + len - rest) == strlen(want) &&
                 memcmp(rest, want, strlen(want)) == 0) {
                 *hf = h;
-                return (long)(TOP_KINDS + n * LAYER_KINDS + k);
+                return (long)(TOP_KINDS + n * nkinds + k);
             }
         }
     }
@@ -225,30 +230,31 @@ static long name_slot(const char *name, size_t len, uint32_t layers, bool *hf)
 }
 
 /* The Hugging Face name of a slot, for messages. */
-static void slot_name(size_t slot, char *out, size_t size)
+static void slot_name(const struct llama_config *c, size_t slot, char *out, size_t size)
 {
     if (slot < TOP_KINDS)
         snprintf(out, size, "%s", top_kinds[slot].hf);
     else
-        snprintf(out, size, "model.layers.%zu.%s", (slot - TOP_KINDS) / LAYER_KINDS,
-                 slot_kind(slot)->hf);
+        snprintf(out, size, "model.layers.%zu.%s", (slot - TOP_KINDS) / c->arch->nlayer,
+                 slot_kind(c, slot)->hf);
 }
 
-static void gguf_name(size_t slot, char *out, size_t size)
+static void gguf_name(const struct llama_config *c, size_t slot, char *out, size_t size)
 {
     if (slot < TOP_KINDS)
         snprintf(out, size, "%s", top_kinds[slot].gguf);
     else
-        snprintf(out, size, "blk.%zu.%s", (slot - TOP_KINDS) / LAYER_KINDS, slot_kind(slot)->gguf);
+        snprintf(out, size, "blk.%zu.%s", (slot - TOP_KINDS) / c->arch->nlayer,
+                 slot_kind(c, slot)->gguf);
 }
 
 /* Whether tensor t has the shape its slot needs; says why not. */
-static bool shape_ok(const struct tbm_tensor *t, const struct slot_kind *kind,
+static bool shape_ok(const struct tbm_tensor *t, const struct tbm_arch_tensor *kind,
                      const struct llama_config *c, char **why)
 {
     char name[TBM_NAME_MAX * 4 + 8];
     uint64_t rows = dim_value(c, kind->rows), cols = dim_value(c, kind->cols);
-    size_t ndim = kind->cols == NONE ? 1 : 2;
+    size_t ndim = kind->cols == TBM_DIM_NONE ? 1 : 2;
 
     if (t->shape && t->shape_matches && t->ndim == ndim && t->shape[0] == rows &&
         (ndim == 1 || t->shape[1] == cols))
@@ -274,7 +280,7 @@ static bool fill_slots(const struct tbm_views *v, const struct llama_config *c, 
     for (size_t t = 0; t < m->ntensors; t++) {
         const struct tbm_tensor *tensor = &m->tensors[t];
         bool hf;
-        long slot = name_slot(tensor->name, tensor->name_len, c->layers, &hf);
+        long slot = name_slot(tensor->name, tensor->name_len, c, &hf);
 
         if (slot < 0)
             continue;
@@ -287,14 +293,14 @@ static bool fill_slots(const struct tbm_views *v, const struct llama_config *c, 
             say(why, "no model.gguf: %s has problems", name);
             return false;
         }
-        if (!shape_ok(tensor, slot_kind((size_t)slot), c, why))
+        if (!shape_ok(tensor, slot_kind(c, (size_t)slot), c, why))
             return false;
         slots[slot] = t + 1;
         hf_names[slot] = hf;
     }
-    for (size_t s = 0; s < TOP_KINDS + (size_t)c->layers * LAYER_KINDS; s++) {
+    for (size_t s = 0; s < TOP_KINDS + (size_t)c->layers * c->arch->nlayer; s++) {
         if (s != OUTPUT_SLOT && !slots[s]) {
-            slot_name(s, name, sizeof(name));
+            slot_name(c, s, name, sizeof(name));
             say(why, "no model.gguf: %s is missing", name);
             return false;
         }
@@ -432,15 +438,44 @@ static uint32_t file_type(const struct tbm_views *v, const struct tbm_gguf_varia
     return count[0] >= count[1] && count[0] >= count[2] ? 0 : count[1] >= count[2] ? 1 : 32;
 }
 
+/* An architecture's key: its GGUF name, a dot, then key. */
+static void kv_arch_u32(struct tbm_buf *b, const struct llama_config *c, const char *key,
+                        uint32_t v)
+{
+    char name[64];
+
+    snprintf(name, sizeof(name), "%s.%s", c->arch->gguf, key);
+    kv_u32(b, name, v);
+}
+
+static void kv_arch_f32(struct tbm_buf *b, const struct llama_config *c, const char *key, float v)
+{
+    char name[64];
+
+    snprintf(name, sizeof(name), "%s.%s", c->arch->gguf, key);
+    kv_f32(b, name, v);
+}
+
+/* How many key-values put_kvs writes. */
+static uint64_t kv_count(const struct tbm_views *v, const struct llama_config *c,
+                         const struct tbm_gguf_variant *var)
+{
+    uint64_t n = 16 + (var->quantized ? 1 : 0) + (c->arch->head_dim ? 2 : 0);
+
+    return v->vocab && v->vocab->kv ? n - 1 + v->vocab->count : n;
+}
+
+/* The key-values, in the contract's order. The vocabulary's (shared by the
+ * files, rendered once) are not copied in: *vocab_at is where they go. */
 static void put_kvs(struct tbm_buf *b, const struct tbm_views *v, const struct tbm_gguf *g,
                     const struct llama_config *c, const struct tbm_gguf_variant *var,
-                    const struct tbm_gguf_model *gm)
+                    const struct tbm_gguf_model *gm, size_t *vocab_at)
 {
     const struct tbm_model *m = v->model;
     char name[4096];
 
     model_name(m->path, name, sizeof(name));
-    kv_str(b, "general.architecture", "llama");
+    kv_str(b, "general.architecture", c->arch->gguf);
     kv_str(b, "general.name", name);
     kv_u32(b, "general.alignment", ALIGN);
     if (!var->requantized) {
@@ -448,17 +483,23 @@ static void put_kvs(struct tbm_buf *b, const struct tbm_views *v, const struct t
         if (var->quantized)
             kv_u32(b, "general.quantization_version", 2);
     }
-    kv_u32(b, "llama.context_length", c->context);
-    kv_u32(b, "llama.embedding_length", c->hidden);
-    kv_u32(b, "llama.block_count", c->layers);
-    kv_u32(b, "llama.feed_forward_length", c->inter);
-    kv_u32(b, "llama.attention.head_count", c->heads);
-    kv_u32(b, "llama.attention.head_count_kv", c->kv_heads);
-    kv_u32(b, "llama.rope.dimension_count", c->hidden / c->heads);
-    kv_u32(b, "llama.vocab_size", c->vocab);
-    kv_f32(b, "llama.rope.freq_base", c->rope_theta);
-    kv_f32(b, "llama.attention.layer_norm_rms_epsilon", c->norm_eps);
-    kv_str(b, "tokenizer.ggml.model", "none");
+    kv_arch_u32(b, c, "context_length", c->context);
+    kv_arch_u32(b, c, "embedding_length", c->hidden);
+    kv_arch_u32(b, c, "block_count", c->layers);
+    kv_arch_u32(b, c, "feed_forward_length", c->inter);
+    kv_arch_u32(b, c, "attention.head_count", c->heads);
+    kv_arch_u32(b, c, "attention.head_count_kv", c->kv_heads);
+    kv_arch_u32(b, c, "rope.dimension_count", c->head);
+    if (c->arch->head_dim) {
+        kv_arch_u32(b, c, "attention.key_length", c->head);
+        kv_arch_u32(b, c, "attention.value_length", c->head);
+    }
+    kv_arch_u32(b, c, "vocab_size", c->vocab);
+    kv_arch_f32(b, c, "rope.freq_base", c->rope_theta);
+    kv_arch_f32(b, c, "attention.layer_norm_rms_epsilon", c->norm_eps);
+    *vocab_at = b->len;
+    if (!v->vocab || !v->vocab->kv)
+        kv_str(b, "tokenizer.ggml.model", "none");
     kv_key(b, "tbmfs.omitted", KV_ARRAY);
     put_u32(b, KV_STRING);
     put_u64(b, m->ntensors - g->ntensors);
@@ -492,15 +533,19 @@ static int build_file(const struct tbm_views *v, struct tbm_gguf *g, const struc
     struct tbm_gguf_file *f = &g->file;
     struct tbm_buf b = TBM_BUF_INIT;
     uint64_t data = 0;
-    struct tbm_gguf_model gm = {c->layers, c->heads, c->kv_heads, false};
+    struct tbm_gguf_model gm = {
+        .layers = c->layers,
+        .type_70b =
+            c->layers == c->arch->layers_70b && (!c->arch->gqa_70b || c->heads != c->kv_heads),
+    };
 
     for (size_t k = 0; k < g->ntensors; k++)
         gm.output |= strcmp(g->tensors[k].name, "output.weight") == 0;
     tbm_buf_add(&b, "GGUF", 4);
     put_u32(&b, 3);
     put_u64(&b, g->ntensors);
-    put_u64(&b, var->quantized ? 17 : 16);
-    put_kvs(&b, v, g, c, var, &gm); /* while the tensors are in index order */
+    put_u64(&b, kv_count(v, c, var));
+    put_kvs(&b, v, g, c, var, &gm, &f->vocab_at); /* while the tensors are in index order */
     if (var->requantized)
         qsort(g->tensors, g->ntensors, sizeof(*g->tensors), llama_order);
     for (size_t k = 0; k < g->ntensors; k++) {
@@ -519,11 +564,16 @@ static int build_file(const struct tbm_views *v, struct tbm_gguf *g, const struc
         f->pieces[k] = (struct tbm_gguf_piece){.start = data, .len = len, .k = k, .type = type};
         data += (len + ALIGN - 1) / ALIGN * ALIGN;
     }
+    if (v->vocab && v->vocab->kv) {
+        f->vocab = v->vocab->kv;
+        f->vocab_len = v->vocab->len;
+    }
     static const uint8_t zeros[ALIGN];
-    tbm_buf_add(&b, zeros, (ALIGN - b.len % ALIGN) % ALIGN);
+    tbm_buf_add(&b, zeros, (ALIGN - (b.len + f->vocab_len) % ALIGN) % ALIGN);
     int r = tbm_buf_take(&b, &f->head, &f->head_len);
     if (r < 0)
         return r;
+    f->head_len += f->vocab_len;
     f->npieces = g->ntensors;
     for (size_t k = 0; k < f->npieces; k++)
         f->pieces[k].start += f->head_len;
@@ -551,18 +601,18 @@ static int take_tensors(const struct tbm_views *v, const struct llama_config *c,
         size_t s = slot_of[t];
         if (s == SIZE_MAX)
             continue;
-        const struct slot_kind *kind = slot_kind(s);
+        const struct tbm_arch_tensor *kind = slot_kind(c, s);
         struct tbm_gguf_tensor *gt = &g->tensors[g->ntensors++];
-        gguf_name(s, name, sizeof(name));
+        gguf_name(c, s, name, sizeof(name));
         gt->t = t;
-        gt->layer = s < TOP_KINDS ? -1 : (long)((s - TOP_KINDS) / LAYER_KINDS);
-        gt->matrix = kind->cols != NONE;
+        gt->layer = s < TOP_KINDS ? -1 : (long)((s - TOP_KINDS) / c->arch->nlayer);
+        gt->matrix = kind->cols != TBM_DIM_NONE;
         gt->rows = gt->matrix ? m->tensors[t].shape[0] : 1;
         gt->cols = gt->matrix ? m->tensors[t].shape[1] : m->tensors[t].shape[0];
-        gt->heads = !hf_names[s]      ? 0
-                    : kind->permute_q ? c->heads
-                    : kind->permute_k ? c->kv_heads
-                                      : 0;
+        gt->heads = !hf_names[s] || !c->arch->permute ? 0
+                    : kind->permute == 'q'            ? c->heads
+                    : kind->permute == 'k'            ? c->kv_heads
+                                                      : 0;
         if (!(gt->name = strdup(name))) {
             free(slot_of);
             return TBM_ERR_NOMEM;
@@ -577,7 +627,7 @@ static int lay_out(const struct tbm_views *v, const struct tbm_gguf_variant *var
                    struct tbm_gguf *g)
 {
     const struct tbm_model *m = v->model;
-    struct llama_config c;
+    struct llama_config c = {.arch = g->arch};
     size_t nslots;
     size_t *slots = NULL;
     bool *hf = NULL;
@@ -585,15 +635,15 @@ static int lay_out(const struct tbm_views *v, const struct tbm_gguf_variant *var
 
     if (!read_config(m->config, &c, &g->missing))
         return g->missing ? 0 : TBM_ERR_NOMEM;
-    /* each layer names LAYER_KINDS tensors of its own: a count past the
+    /* each layer names nlayer tensors of its own: a count past the
      * model's tensors is a config no file can follow, said before the slots
      * it would size are allocated (4294967295 layers would be 300 GiB) */
-    if ((uint64_t)c.layers * LAYER_KINDS > m->ntensors) {
+    if ((uint64_t)c.layers * c.arch->nlayer > m->ntensors) {
         say(&g->missing, "no model.gguf: num_layers %u needs more tensors than the model's %zu",
             c.layers, m->ntensors);
         return g->missing ? 0 : TBM_ERR_NOMEM;
     }
-    nslots = TOP_KINDS + (size_t)c.layers * LAYER_KINDS;
+    nslots = TOP_KINDS + (size_t)c.layers * c.arch->nlayer;
     if (!(slots = calloc(nslots, sizeof(*slots))) || !(hf = calloc(nslots, sizeof(*hf))))
         goto cleanup;
     if (!fill_slots(v, &c, slots, hf, &g->missing)) {
@@ -633,8 +683,8 @@ int tbm_gguf_prepare(const struct tbm_views *v, const struct tbm_row *row, void 
     *state = g;
     if (!g)
         return TBM_ERR_NOMEM;
-    g->llama = arch && (strcasecmp(arch, "llama") == 0 || strcasecmp(arch, "mistral") == 0);
-    return g->llama ? lay_out(v, row->arg, g) : 0;
+    g->arch = tbm_arch_find(arch);
+    return g->arch ? lay_out(v, row->arg, g) : 0;
 }
 
 bool tbm_gguf_present(const struct tbm_views *v, const struct tbm_row *row)
@@ -652,6 +702,9 @@ int tbm_gguf_notes(const struct tbm_views *v, const struct tbm_row *row,
     const struct tbm_gguf *g = tbm_row_state(v, row);
 
     (void)notes;
-    *expected |= g->llama;
-    return g->missing ? tbm_json_add_once(missing, g->missing) : 0;
+    *expected |= g->arch != NULL;
+    if (g->missing)
+        return tbm_json_add_once(missing, g->missing);
+    return g->ok && v->vocab && v->vocab->missing ? tbm_json_add_once(missing, v->vocab->missing)
+                                                  : 0;
 }

@@ -41,8 +41,7 @@ static bool ends_with(const char *s, const char *end)
 
 /* The counters llama.cpp keeps of attn_v and ffn_down in its tensor order
  * are the layer number: every layer has one of each (gguf_layout.c requires
- * them). Its 70B rule (attn_v Q5_K) is llama's: 80 layers with grouped
- * key/value heads. */
+ * them). Its 70B rule (attn_v Q5_K) is the architecture's (arch.h). */
 static uint32_t q4_k_m_type(const struct tbm_gguf_model *m, const struct tbm_gguf_tensor *gt,
                             unsigned precision)
 {
@@ -58,7 +57,7 @@ static uint32_t q4_k_m_type(const struct tbm_gguf_model *m, const struct tbm_ggu
     } else if (strstr(name, "attn_v.weight")) {
         if (more_bits((uint64_t)gt->layer, m->layers))
             type = TBM_GGUF_Q6_K;
-        else if (m->layers == 80 && m->heads != m->kv_heads)
+        else if (m->type_70b)
             type = TBM_GGUF_Q5_K;
     } else if (strstr(name, "ffn_down") && more_bits((uint64_t)gt->layer, m->layers)) {
         type = TBM_GGUF_Q6_K;

@@ -10,17 +10,20 @@
 #include "tbm/view.h"
 
 struct json_object;
-struct tbm_selftests; /* the self-tests' lock and stop flag (selftest.c) */
-struct tbm_results;   /* results rendered once and shared (results.c) */
-struct tbm_result;    /* one of them: immutable, reference-counted */
-struct tbm_row_slot;  /* what the table keeps per row (view.c) */
+struct tbm_selftests;  /* the self-tests' lock and stop flag (selftest.c) */
+struct tbm_results;    /* results rendered once and shared (results.c) */
+struct tbm_result;     /* one of them: immutable, reference-counted */
+struct tbm_row_slot;   /* what the table keeps per row (view.c) */
+struct tbm_gguf_vocab; /* the GGUF files' vocabulary (gguf.h) */
 
 struct tbm_views {
     const struct tbm_model *model;
     struct tbm_views_options opts;   /* as given, their defaults filled in */
     struct tbm_selftests *selftests; /* every self-test's, both selftest rows' */
     struct tbm_results *results;
-    struct tbm_row_slot *slots; /* one per row of the table */
+    struct tbm_row_slot *slots;   /* one per row of the table */
+    struct tbm_gguf_vocab *vocab; /* NULL: no tokenizer */
+    char *tokenizer_note;         /* opts.tokenizer_note's copy */
 };
 
 /* Bytes of a file that lie as stored in a source: len bytes at pos of src
@@ -251,6 +254,13 @@ int tbm_tensors_json_size(const struct tbm_views *v, const struct tbm_row *row, 
                           uint64_t *size);
 int tbm_tensors_json_render(const struct tbm_views *v, const struct tbm_row *row, size_t t,
                             char **out, size_t *len);
+/* tokenizer.c: the tokenizer's files at the root, byte for byte; the row's
+ * arg is its enum tbm_tokenizer_file. */
+bool tbm_tokenizer_present(const struct tbm_views *v, const struct tbm_row *row);
+int tbm_tokenizer_prepare(const struct tbm_views *v, const struct tbm_row *row, void **state);
+int tbm_tokenizer_notes(const struct tbm_views *v, const struct tbm_row *row,
+                        struct json_object *missing, struct json_object *notes, bool *expected);
+
 bool tbm_config_json_present(const struct tbm_views *v, const struct tbm_row *row);
 int tbm_config_json_prepare(const struct tbm_views *v, const struct tbm_row *row, void **state);
 

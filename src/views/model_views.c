@@ -2,6 +2,7 @@
  * array; its densities need the statistics, so it is rendered when first
  * opened, its size fixed before) and config.json (a Hugging Face config,
  * for the architectures it knows, rendered at mount). */
+#include "arch.h"
 #include "internal.h"
 
 #include "base/buf.h"
@@ -120,16 +121,29 @@ int tbm_tensors_json_render(const struct tbm_views *v, const struct tbm_row *row
     return tbm_lazy_doc_render(v, tensors_doc, out, len);
 }
 
-/* The Hugging Face class of an architecture config.json knows, or NULL. */
-static const char *hf_class(const char *architecture)
+/* The architecture's row when config.json knows it: named exactly as the
+ * row (the contract's config.json is not "any case", unlike the GGUF
+ * files'). */
+static const struct tbm_arch *hf_arch(const char *architecture)
 {
-    if (!architecture)
-        return NULL;
-    if (strcmp(architecture, "llama") == 0)
-        return "LlamaForCausalLM";
-    if (strcmp(architecture, "mistral") == 0)
-        return "MistralForCausalLM";
-    return NULL;
+    const struct tbm_arch *a = tbm_arch_find(architecture);
+
+    return a && strcmp(a->name, architecture) == 0 ? a : NULL;
+}
+
+/* Whether the model has an output layer of its own: a sound
+ * lm_head.weight. */
+static bool has_lm_head(const struct tbm_model *m)
+{
+    static const char name[] = "lm_head.weight";
+
+    for (size_t i = 0; i < m->ntensors; i++) {
+        const struct tbm_tensor *t = &m->tensors[i];
+        if (t->name_len == sizeof(name) - 1 && memcmp(t->name, name, sizeof(name) - 1) == 0 &&
+            t->problems.count == 0)
+            return true;
+    }
+    return false;
 }
 
 /* torch's name of the precision holding most weights (by count) among the
@@ -169,7 +183,8 @@ static int config_json_render(const struct tbm_views *v, char **out, size_t *len
         {"rope_theta", "rope_theta"},
     };
     const struct tbm_model *m = v->model;
-    const char *cls = hf_class(m->architecture), *dtype = torch_dtype(m);
+    const struct tbm_arch *arch = hf_arch(m->architecture);
+    const char *dtype = torch_dtype(m);
     struct json_object *o = json_object_new_object(), *arr = json_object_new_array(), *val;
 
     if (!o || !arr) {
@@ -177,12 +192,16 @@ static int config_json_render(const struct tbm_views *v, char **out, size_t *len
         json_object_put(arr);
         return TBM_ERR_NOMEM;
     }
-    json_object_array_add(arr, json_object_new_string(cls));
+    json_object_array_add(arr, json_object_new_string(arch->hf_class));
     json_object_object_add(o, "architectures", arr);
-    json_object_object_add(o, "model_type", json_object_new_string(m->architecture));
+    json_object_object_add(o, "model_type", json_object_new_string(arch->name));
     for (size_t k = 0; k < sizeof(keys) / sizeof(keys[0]); k++)
         if (m->config && json_object_object_get_ex(m->config, keys[k][1], &val))
             json_object_object_add(o, keys[k][0], json_object_get(val));
+    if (arch->head_dim && m->config && json_object_object_get_ex(m->config, "head_dim", &val))
+        json_object_object_add(o, "head_dim", json_object_get(val));
+    /* without it a loader would start the output layer from random values */
+    json_object_object_add(o, "tie_word_embeddings", json_object_new_boolean(!has_lm_head(m)));
     json_object_object_add(o, "torch_dtype", json_object_new_string(dtype));
     int r = tbm_json_dump(o, out, len);
     json_object_put(o);
@@ -192,7 +211,7 @@ static int config_json_render(const struct tbm_views *v, char **out, size_t *len
 bool tbm_config_json_present(const struct tbm_views *v, const struct tbm_row *row)
 {
     (void)row;
-    return hf_class(v->model->architecture) != NULL;
+    return hf_arch(v->model->architecture) != NULL;
 }
 
 /* Rendered once, at mount: a few hundred bytes that never change. */

@@ -1,6 +1,9 @@
 /* The view table: every file of the tree is one row below, and the
  * functions that serve any row by what the row says. */
+#include "gguf.h"
 #include "internal.h"
+
+#include "tbm/vocab.h"
 
 #include <assert.h>
 #include <json-c/json.h>
@@ -32,6 +35,13 @@
         .prepare = tbm_gguf_prepare, .free = tbm_gguf_free, .present = tbm_gguf_present,           \
         .size = tbm_gguf_size, .read = tbm_gguf_read, .span = tbm_gguf_span,                       \
         .notes = tbm_gguf_notes,                                                                   \
+    }
+
+#define TOKENIZER_ROW(file, which)                                                                 \
+    {                                                                                              \
+        .name = file, .place = TBM_ROW_ROOT, .bytes = TBM_BYTES_BUFFER,                            \
+        .arg = &(const enum tbm_tokenizer_file){which}, .prepare = tbm_tokenizer_prepare,          \
+        .free = tbm_buffer_free, .present = tbm_tokenizer_present, .notes = tbm_tokenizer_notes,   \
     }
 
 /* Listing order within each place is the order of the rows. */
@@ -91,6 +101,11 @@ static const struct tbm_row table[] = {
     GGUF_ROW("model.gguf", tbm_gguf_stored),
     GGUF_ROW("model.Q8_0.gguf", tbm_gguf_q8_0),
     GGUF_ROW("model.Q4_K_M.gguf", tbm_gguf_q4_k_m),
+    TOKENIZER_ROW("tokenizer.json", TBM_TOKENIZER_JSON),
+    TOKENIZER_ROW("tokenizer_config.json", TBM_TOKENIZER_CONFIG),
+    TOKENIZER_ROW("special_tokens_map.json", TBM_TOKENIZER_SPECIAL_MAP),
+    TOKENIZER_ROW("generation_config.json", TBM_TOKENIZER_GENERATION),
+    TOKENIZER_ROW("tokenizer.model", TBM_TOKENIZER_MODEL),
     BLOB_PART_ROW("raw.tb", TBM_PART_RAW),
     {
         .name = "header.json",
@@ -168,8 +183,13 @@ int tbm_views_open(const struct tbm_model *model, const struct tbm_views_options
     if (!v->opts.selftest_batch)
         v->opts.selftest_batch = TBM_BATCH_DEFAULT;
     assert(v->opts.selftest_batch <= TBM_BATCH_MAX);
+    v->opts.tokenizer_note = NULL;
+    if (opts && opts->tokenizer_note && !(v->tokenizer_note = strdup(opts->tokenizer_note)))
+        goto out_err;
+    /* before the rows: every GGUF file's layout holds the vocabulary */
     if (!(v->slots = calloc(ROWS, sizeof(*v->slots))) || (r = tbm_results_init(v)) < 0 ||
-        (r = tbm_selftests_init(v)) < 0)
+        (r = tbm_selftests_init(v)) < 0 ||
+        (r = tbm_gguf_vocab_open(v->opts.tokenizer, model->config, &v->vocab)) < 0)
         goto out_err;
     for (size_t i = 0; i < ROWS; i++) {
         size_t n = table[i].place == TBM_ROW_TENSOR && model->ntensors ? model->ntensors : 1;
@@ -199,6 +219,8 @@ void tbm_views_close(struct tbm_views *v)
         free(v->slots[i].sizes);
     }
     free(v->slots);
+    tbm_gguf_vocab_free(v->vocab);
+    free(v->tokenizer_note);
     free(v);
 }
 

@@ -24,6 +24,7 @@
 #include "common/door.h"
 #include "format/table.h"
 #include "tbm/view.h"
+#include "tbm/vocab.h"
 
 static char dir[64];
 static unsigned char file[1 << 20];
@@ -365,16 +366,40 @@ static char *check_row(const struct tbm_views *v, const struct tbm_row *row, siz
     return whole;
 }
 
-/* Opens dir/name with its sources behind a holding one, and its views. */
-static void open_views(const char *name, struct tbm_model **m, struct tbm_views **v)
+/* A tokenizer for the llama model: a byte-level BPE of five tokens and an
+ * added special one, and a config naming it and a chat template, which the
+ * GGUF files carry. */
+static char tok_json[] =
+    "{\"added_tokens\": [{\"id\": 5, \"content\": \"<|end|>\", \"special\": true}], "
+    "\"pre_tokenizer\": {\"type\": \"ByteLevel\", \"add_prefix_space\": false, "
+    "\"use_regex\": true}, \"decoder\": {\"type\": \"ByteLevel\"}, \"model\": {\"type\": "
+    "\"BPE\", \"vocab\": {\"a\": 0, \"b\": 1, \"c\": 2, \"ab\": 3, \"abc\": 4}, "
+    "\"merges\": [\"a b\", \"ab c\"]}}";
+static char tok_config[] = "{\"eos_token\": \"<|end|>\", \"chat_template\": \"{{ chat }}\"}";
+static const struct tbm_tokenizer_files tokenizer = {
+    .file = {
+        [TBM_TOKENIZER_JSON] = {true, tok_json, sizeof(tok_json) - 1},
+        [TBM_TOKENIZER_CONFIG] = {true, tok_config, sizeof(tok_config) - 1},
+    }};
+
+static bool holds(const char *bytes, size_t len, const char *text)
 {
+    return memmem(bytes, len, text, strlen(text)) != NULL;
+}
+
+/* Opens dir/name with its sources behind a holding one, and its views
+ * (with the tokenizer above when asked). */
+static void open_views(const char *name, bool with_tokenizer, struct tbm_model **m,
+                       struct tbm_views **v)
+{
+    struct tbm_views_options vopts = {.tokenizer = with_tokenizer ? &tokenizer : NULL};
     struct tbm_open_options opts = {.isa = TBM_ISA_SCALAR};
     char path[128], err[512];
 
     snprintf(path, sizeof(path), "%s/%s", dir, name);
     assert_int_equal(tbm_model_open(path, &opts, m, err, sizeof(err)), 0);
     door_hold_model(*m, HOLD_BLOCK);
-    assert_int_equal(tbm_views_open(*m, NULL, v), 0);
+    assert_int_equal(tbm_views_open(*m, &vopts, v), 0);
     memset(seen, 0, sizeof(seen));
 }
 
@@ -386,14 +411,17 @@ static void small_rows(void **state)
 
     (void)state;
     write_small();
-    open_views("m.tbm", &m, &v);
+    open_views("m.tbm", false, &m, &v);
     assert_int_equal(tbm_views_tensor_count(v), NSPECS);
     for (size_t k = 0; k < tbm_row_count(TBM_ROW_ROOT); k++) {
         const struct tbm_row *row = tbm_row_at(TBM_ROW_ROOT, k);
         const char *name = tbm_row_name(row);
-        /* config.json and the GGUF files are only there for llama and
-         * mistral; this is custom */
-        bool present = strcmp(name, "config.json") != 0 && !strstr(name, ".gguf");
+        /* config.json and the GGUF files are only there for the
+         * architectures they know, this is custom; the tokenizer's files
+         * only with a tokenizer */
+        bool present = strcmp(name, "config.json") != 0 && !strstr(name, ".gguf") &&
+                       !strstr(name, "tokenizer") && !strstr(name, "_config.json") &&
+                       strcmp(name, "special_tokens_map.json") != 0;
         assert_int_equal(tbm_row_present(v, row), present);
         if (!present)
             continue;
@@ -534,15 +562,29 @@ static void llama_rows(void **state)
 
     (void)state;
     write_llama();
-    open_views("llama.tbm", &m, &v);
+    open_views("llama.tbm", true, &m, &v);
     for (size_t k = 0; k < tbm_row_count(TBM_ROW_ROOT); k++) {
         const struct tbm_row *row = tbm_row_at(TBM_ROW_ROOT, k);
         const char *name = tbm_row_name(row);
-        assert_true(tbm_row_present(v, row));
+        /* the tokenizer has two of its five files */
+        bool present =
+            strcmp(name, "tokenizer.json") == 0 || strcmp(name, "tokenizer_config.json") == 0 ||
+            (!strstr(name, "tokenizer") && strcmp(name, "special_tokens_map.json") != 0 &&
+             strcmp(name, "generation_config.json") != 0);
+        assert_int_equal(tbm_row_present(v, row), present);
+        if (!present)
+            continue;
         size_t before = seen[TBM_REPLY_SPLICE] + seen[TBM_REPLY_HELD];
         char *whole = check_row(v, row, 0, true, &wlen);
+        if (strcmp(name, "tokenizer.json") == 0)
+            assert_memory_equal(whole, tok_json, sizeof(tok_json) - 1);
         if (strstr(name, ".gguf")) {
             assert_memory_equal(whole, "GGUF\3\0\0\0", 8);
+            /* the vocabulary, shared by the files, in its place */
+            assert_true(holds(whole, wlen, "tokenizer.ggml.merges"));
+            assert_true(holds(whole, wlen, "ab c"));
+            assert_true(holds(whole, wlen, "{{ chat }}"));
+            assert_false(holds(whole, wlen, "none"));
             /* its stored tensors are sent as stored */
             assert_true(seen[TBM_REPLY_SPLICE] + seen[TBM_REPLY_HELD] > before ||
                         strcmp(name, "model.Q8_0.gguf") == 0);
@@ -598,7 +640,7 @@ static void request_reads(void **state)
 
     (void)state;
     write_llama();
-    open_views("llama.tbm", &m, &v);
+    open_views("llama.tbm", true, &m, &v);
     for (size_t k = 0; k < sizeof(far) / sizeof(far[0]); k++) {
         int r = read_named(v, far[k].place, far[k].name, far[k].t, 0, 1 << 20, DOOR_NOWAIT, &got);
         if (r != TBM_ERR_AGAIN)
