@@ -222,6 +222,9 @@ def check_config(m, arch, config, expects):
                                "mistral": "MistralForCausalLM"}[arch]],
             "model_type": arch, "torch_dtype": torch_dtype(expects)}
     want.update({hf: config[k] for hf, k in HF_KEYS if k in config})
+    # [v4] tied unless the model has an output layer of its own
+    want["tie_word_embeddings"] = not any(e.name == "lm_head.weight" and not e.problem
+                                          for e in expects)
     eq(json.loads(data), want, "config.json")
 
 
