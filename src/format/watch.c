@@ -53,20 +53,28 @@ static bool names_file(const char *file, const char *name)
     return strncmp(file, name, len) == 0 && (file[len] == '\0' || file[len] == '/');
 }
 
+/* Whether src is found changed now, not before: a source known changed
+ * stays so, and the events that keep coming for it (a file rewritten in a
+ * loop) must not drop the kernel's cache of the whole tree each time. */
+static bool newly_changed(struct tbm_source *src)
+{
+    return !atomic_load(&src->changed) && tbm_source_verify(src) == TBM_ERR_CHANGED;
+}
+
 /* Checks the sources an event names: the model's own, or in manifest mode
- * those of the tensors whose file it names. */
+ * those of the tensors whose file it names; how many changed now. */
 static size_t check_event(const struct tbm_model *m, const struct inotify_event *ev)
 {
     size_t changed = 0;
 
     if (m->kind != TBM_SOURCE_MANIFEST)
-        return tbm_source_verify(m->src) == TBM_ERR_CHANGED;
+        return newly_changed(m->src);
     if (ev->len == 0)
         return 0;
     for (size_t t = 0; t < m->ntensors; t++) {
         struct tbm_source *src = m->tensors[t].src;
         if (m->tensors[t].owns_src && src && names_file(src->name, ev->name))
-            changed += tbm_source_verify(src) == TBM_ERR_CHANGED;
+            changed += newly_changed(src);
     }
     return changed;
 }
