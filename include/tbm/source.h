@@ -25,6 +25,7 @@ struct tbm_source_id {
 };
 
 struct tbm_source;
+struct tbm_source_unlinked;
 
 /* Bytes of a source where they already are in memory (a block of a remote
  * source's cache), kept there while held. */
@@ -85,6 +86,10 @@ struct tbm_source {
     atomic_bool changed;
     atomic_bool reported; /* the change was logged */
     struct tbm_source_id changed_to;
+    /* the ctime and link count the file had when it last lost a link (its
+     * ctime then moved, and nothing else did), NULL before: tbm_source_verify
+     * takes that ctime as the file's from then on */
+    struct tbm_source_unlinked *_Atomic unlinked;
     /* set by tbm_source_detach: the file is opened only while read */
     int (*reopen)(void *ctx, const char *name);
     void *reopen_ctx;

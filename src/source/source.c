@@ -3,22 +3,53 @@
  * one check at its end, holds of its bytes, and the stop of every transfer. */
 #include <stdatomic.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "tbm/source.h"
 
-/* Whether a (now) is still b (as recorded). ctime too, which no one can set
- * back (contract v2: a file rewritten in place with its mtime put back is a
- * change), except when the file lost a link: a source replaced by a rename
- * has its old inode's ctime bumped by the unlink, yet is served as it was
- * (we hold that inode). */
-static bool same_file(const struct tbm_source_id *a, const struct tbm_source_id *b)
-{
-    bool ctime_same = a->ctime.tv_sec == b->ctime.tv_sec && a->ctime.tv_nsec == b->ctime.tv_nsec;
+/* A ctime taken as the file's after it lost a link: immutable once
+ * published, each one kept (linked to the one before) until the source
+ * closes, so that a reader holding one never sees it freed. */
+struct tbm_source_unlinked {
+    struct timespec ctime;
+    uint64_t nlink;
+    struct tbm_source_unlinked *before;
+};
 
-    return a->size == b->size && a->dev == b->dev && a->ino == b->ino &&
-           a->mtime.tv_sec == b->mtime.tv_sec && a->mtime.tv_nsec == b->mtime.tv_nsec &&
-           (ctime_same || a->nlink < b->nlink) && strcmp(a->tag, b->tag) == 0;
+static bool same_time(struct timespec a, struct timespec b)
+{
+    return a.tv_sec == b.tv_sec && a.tv_nsec == b.tv_nsec;
+}
+
+/* Whether src is still the file it was, now as identified. ctime too, which
+ * no one can set back (contract v2: a file rewritten in place with its mtime
+ * put back is a change), except that losing a link moves it: a source
+ * replaced by a rename has its old inode's ctime bumped by the unlink, yet is
+ * served as it was (we hold that inode). That ctime, with the link count
+ * after the loss, becomes the file's: a later rewrite moves it again without
+ * a link lost, and is a change. */
+static bool same_file(struct tbm_source *src, const struct tbm_source_id *now)
+{
+    const struct tbm_source_id *was = &src->id;
+
+    if (now->size != was->size || now->dev != was->dev || now->ino != was->ino ||
+        !same_time(now->mtime, was->mtime) || strcmp(now->tag, was->tag) != 0)
+        return false;
+    struct tbm_source_unlinked *last = atomic_load(&src->unlinked);
+    struct timespec ctime = last ? last->ctime : was->ctime;
+    uint64_t nlink = last ? last->nlink : was->nlink;
+    if (same_time(now->ctime, ctime))
+        return true;
+    if (now->nlink >= nlink)
+        return false;
+    struct tbm_source_unlinked *u = malloc(sizeof(*u));
+    if (!u)
+        return true; /* as before this rule: a link lost is not a change */
+    *u = (struct tbm_source_unlinked){now->ctime, now->nlink, last};
+    if (!atomic_compare_exchange_strong(&src->unlinked, &last, u))
+        free(u); /* another reader recorded it (or a later loss) first */
+    return true;
 }
 
 static atomic_bool stopping;
@@ -41,7 +72,7 @@ int tbm_source_verify(struct tbm_source *src)
         return TBM_ERR_CHANGED;
     if (src->ops->identify(src, &now) < 0)
         return TBM_ERR_IO;
-    if (same_file(&now, &src->id))
+    if (same_file(src, &now))
         return 0;
     src->changed_to = now;
     atomic_store(&src->changed, true);
@@ -153,6 +184,11 @@ void tbm_source_release(struct tbm_source_hold *h)
 
 void tbm_source_close(struct tbm_source *src)
 {
-    if (src)
-        src->ops->close(src);
+    if (!src)
+        return;
+    for (struct tbm_source_unlinked *u = atomic_load(&src->unlinked), *next; u; u = next) {
+        next = u->before;
+        free(u);
+    }
+    src->ops->close(src);
 }

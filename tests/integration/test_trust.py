@@ -146,6 +146,32 @@ def changed(suite, how):
     eq(len(lines), len(set(lines)), "each line once")
 
 
+def unlinked_then_rewritten(suite):
+    """A source with a second hard link at mount: the link removed (its ctime moves, nothing
+    else) is no change; a rewrite in place after that, its mtime put back, is one (the ctime
+    moves again, no link lost)."""
+    path = os.path.join(suite.tmp, "linked.tbm")
+    other = os.path.join(suite.tmp, "linked-other.tbm")
+    cont, expects = model(path, 31)
+    model(other, 41)
+    os.link(path, path + ".2")
+    with Mount(suite, path) as m:
+        eq(m.start(), 0, "mount")
+        raw = m.p("tensors", "a.fp32", "raw.tb")
+        eq(read_all(raw), expects[0].raw, "raw.tb before")
+        os.unlink(path + ".2")
+        eq(read_all(m.p("tensors", "b.fp16", "weights.bin")), expects[1].weights,
+           "weights.bin after the second link went")
+        st = os.stat(path)
+        with open(other, "rb") as f, open(path, "r+b") as g:
+            g.write(f.read())  # same size, in place
+        os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+        eq(os.stat(path).st_mtime_ns, st.st_mtime_ns, "mtime put back")
+        for view in ("raw.tb", "weights.bin", "dense.f32"):
+            eq(ename(errno_of(read_all, m.p("tensors", "b.fp16", view))), "EIO",
+               "%s after the rewrite" % view)
+
+
 def unchecked(suite):
     """TBMFS_NO_CHANGE_CHECK=1, which the benchmark uses to price the check: said at mount, and
     then a rewrite in place is served as it is, not refused."""
@@ -296,6 +322,8 @@ def main(suite):
                timeout=240)
     for how in ("rewrite", "truncate", "append", "rename"):
         suite.case("source changed by %s" % how, lambda how=how: changed(suite, how), timeout=60)
+    suite.case("a second link removed, then a rewrite with the mtime put back: EIO",
+               lambda: unlinked_then_rewritten(suite), timeout=60)
     suite.case("TBMFS_NO_CHANGE_CHECK=1: said at mount, changes not checked",
                lambda: unchecked(suite), timeout=60)
     suite.case("a rewrite while a reader streams raw.tb (-o nosplice): EIO, never mixed bytes",
