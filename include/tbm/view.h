@@ -29,6 +29,12 @@ enum tbm_row_place {
 /* How the views behave; zeroed fields take their defaults. */
 struct tbm_views_options {
     uint32_t selftest_batch; /* columns of the self-test's X, 1..TBM_BATCH_MAX; 0: 8 */
+    /* Files that show statistics (model.json, tensors.json, header.json,
+     * user.tbm.density) never wait for them to be computed, for a source
+     * whose reads wait for transfers: they show those known, the others
+     * null with a warning that says why, and the caller has them computed
+     * apart (tbm_views_stats_ask). false: they are computed when asked. */
+    bool stats_nowait;
 };
 
 #define TBM_BATCH_DEFAULT 8
@@ -106,6 +112,32 @@ bool tbm_row_ready(const struct tbm_views *views, const struct tbm_row *row, siz
  * (user.tbm.density, header.json) is answered at once; computing them reads
  * the whole tensor. */
 bool tbm_views_stats_ready(const struct tbm_views *views, size_t t);
+
+/* Whose statistics a row's file shows: none, its tensor's (header.json), or
+ * every tensor's (model.json, tensors.json). */
+enum tbm_row_stats {
+    TBM_ROW_STATS_NONE,
+    TBM_ROW_STATS_TENSOR,
+    TBM_ROW_STATS_ALL,
+};
+enum tbm_row_stats tbm_row_stats(const struct tbm_row *row);
+
+/* The views' stats_nowait option. */
+bool tbm_views_stats_nowait(const struct tbm_views *views);
+
+/* With stats_nowait: what a file showing the statistics of tensor want (-1:
+ * of every tensor) asks. True when some of them are not known and no one is
+ * computing them: the caller is to have them computed, calling
+ * tbm_views_stats_step until it returns 0 or less (or tbm_views_stats_drop
+ * when it cannot), and until then later asks are false. */
+bool tbm_views_stats_ask(const struct tbm_views *views, long want);
+void tbm_views_stats_drop(const struct tbm_views *views, long want);
+
+/* One step of computing what tbm_views_stats_ask(views, want) asked: one
+ * tensor's statistics (for want -1, the next unknown one from *t on; *t
+ * starts at 0). Returns 1 when more steps remain, 0 when done, or the
+ * failure of tensor *t (a failed transfer: a later ask starts again). */
+int tbm_views_stats_step(const struct tbm_views *views, long want, size_t *t);
 
 /* The size in bytes: 0 for a file that cannot be served (those of a broken
  * tensor that validation found unsafe), which tbm_file_open refuses. */

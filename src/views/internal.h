@@ -21,6 +21,10 @@ struct tbm_views {
     struct tbm_selftests *selftests; /* every self-test's, both selftest rows' */
     struct tbm_results *results;
     struct tbm_row_slot *slots; /* one per row of the table */
+    /* stats_nowait: per tensor, and for every tensor, whether someone is
+     * having the statistics computed (pending.c) */
+    atomic_bool *asked;
+    atomic_bool asked_all;
 };
 
 /* Bytes of a file that lie as stored in a source: len bytes at pos of src
@@ -89,6 +93,9 @@ struct tbm_row {
      * remembered per tensor: it may cost a render), and each rendering is
      * padded to it (tbm_pad_lines). */
     bool padded;
+    /* RENDERED: whose statistics it shows; its render returns 1 when some
+     * were not known yet (stats_nowait), a rendering not kept */
+    enum tbm_row_stats stats;
     bool slow;      /* rendering can take seconds */
     bool evictable; /* rendering again gives the same bytes: the result may be
                      * dropped when the cache is full */
@@ -98,7 +105,7 @@ struct tbm_row {
 void *tbm_row_state(const struct tbm_views *v, const struct tbm_row *row);
 
 /* The content of a rendered row for tensor t, padded when the row says so:
- * what results.c keeps. */
+ * what results.c keeps (1: showing statistics not known yet, not kept). */
 int tbm_row_render(const struct tbm_views *v, const struct tbm_row *row, size_t t, char **out,
                    size_t *len);
 
@@ -149,15 +156,25 @@ void tbm_copy_range(char *buf, uint64_t off, size_t len, const char *src, size_t
 #define TBM_PAD_COLUMNS 80
 int tbm_pad_lines(char **doc, size_t *len, uint64_t size);
 
+/* pending.c: statistics not waited for (stats_nowait) */
+int tbm_views_pending_init(struct tbm_views *v);
+void tbm_views_pending_free(struct tbm_views *v);
+/* Tensor t's statistics for a file that shows them: 0 with *out, computed
+ * now if they are not yet; with stats_nowait, 1 with *out statistics
+ * unknown whose one warning says why when they are not computed yet; or
+ * the failure. */
+int tbm_views_tensor_stats(const struct tbm_views *v, size_t t,
+                           const struct tbm_tensor_stats **out);
+
 /* Root documents that sum up every tensor's statistics (model.json,
  * tensors.json): doc renders one, with the statistics or (for the size)
- * without. */
+ * without; 1 when some were not known yet. */
 typedef int (*tbm_doc_fn)(const struct tbm_views *v, bool with_stats, char **out, size_t *len);
 /* The rendering without the statistics plus slack, a bound on what they
  * can add. */
 int tbm_lazy_doc_size(const struct tbm_views *v, tbm_doc_fn doc, uint64_t slack, uint64_t *size);
 /* Renders one with the statistics, every tensor's computed first (in
- * parallel). */
+ * parallel) unless stats_nowait. */
 int tbm_lazy_doc_render(const struct tbm_views *v, tbm_doc_fn doc, char **out, size_t *len);
 
 /* Serializes obj pretty-printed with a final newline into a malloc'd buffer. */

@@ -214,14 +214,18 @@ static int claim(struct tbm_results *c, const struct tbm_row *row, size_t t, str
 /* Ends a claimed entry's render: res cached (one reference into *out), or
  * the entry dropped when the render failed (r < 0), so that a later open
  * tries again (a source read may succeed then, a stopping daemon's report
- * is not the report); whoever waited is woken either way. */
+ * is not the report), or when it showed statistics not known yet (r 1:
+ * res is the caller's alone, and a later open renders what is known then);
+ * whoever waited is woken either way. */
 static void publish(struct tbm_results *c, struct entry *e, int r, struct tbm_result *res,
                     struct tbm_result **out)
 {
     pthread_mutex_lock(&c->lock);
-    if (r < 0) {
+    if (r != 0) {
         *find(c, e->row, e->t) = e->next;
         free(e);
+        if (r > 0)
+            *out = res;
     } else {
         e->running = false;
         e->result = res;
@@ -248,11 +252,11 @@ int tbm_results_get(const struct tbm_views *v, const struct tbm_row *row, size_t
     if (r != 0)
         return r < 0 ? r : 0;
     r = tbm_row_render(v, row, t, &doc, &len);
-    if (r == 0) {
+    if (r >= 0) {
         res = tbm_result_new(doc, len);
         free(doc);
-        r = res ? 0 : TBM_ERR_NOMEM;
+        r = res ? r : TBM_ERR_NOMEM;
     }
     publish(v->results, e, r, res, out);
-    return r;
+    return r < 0 ? r : 0;
 }

@@ -50,6 +50,7 @@ static const struct tbm_row table[] = {
         .size = tbm_model_json_size,
         .render = tbm_model_json_render,
         .padded = true,
+        .stats = TBM_ROW_STATS_ALL,
     },
     {
         .name = "selftest",
@@ -67,6 +68,7 @@ static const struct tbm_row table[] = {
         .size = tbm_tensors_json_size,
         .render = tbm_tensors_json_render,
         .padded = true,
+        .stats = TBM_ROW_STATS_ALL,
     },
     {
         .name = "model.safetensors",
@@ -99,6 +101,7 @@ static const struct tbm_row table[] = {
         .size = tbm_header_json_size,
         .render = tbm_header_json_render,
         .padded = true,
+        .stats = TBM_ROW_STATS_TENSOR,
         /* up to megabytes (a name or index entry may be that long): once
          * per mount, not per open descriptor, and dropped when the cache
          * is full */
@@ -169,7 +172,7 @@ int tbm_views_open(const struct tbm_model *model, const struct tbm_views_options
         v->opts.selftest_batch = TBM_BATCH_DEFAULT;
     assert(v->opts.selftest_batch <= TBM_BATCH_MAX);
     if (!(v->slots = calloc(ROWS, sizeof(*v->slots))) || (r = tbm_results_init(v)) < 0 ||
-        (r = tbm_selftests_init(v)) < 0)
+        (r = tbm_selftests_init(v)) < 0 || (r = tbm_views_pending_init(v)) < 0)
         goto out_err;
     for (size_t i = 0; i < ROWS; i++) {
         size_t n = table[i].place == TBM_ROW_TENSOR && model->ntensors ? model->ntensors : 1;
@@ -193,6 +196,7 @@ void tbm_views_close(struct tbm_views *v)
         return;
     tbm_results_free(v);
     tbm_selftests_free(v);
+    tbm_views_pending_free(v);
     for (size_t i = 0; v->slots && i < ROWS; i++) {
         if (table[i].free && v->slots[i].state)
             table[i].free(v->slots[i].state);
@@ -327,6 +331,11 @@ bool tbm_row_rendered(const struct tbm_row *row)
     return row->bytes == TBM_BYTES_RENDERED;
 }
 
+enum tbm_row_stats tbm_row_stats(const struct tbm_row *row)
+{
+    return row->stats;
+}
+
 bool tbm_row_slow(const struct tbm_row *row)
 {
     return row->slow;
@@ -428,7 +437,8 @@ int tbm_row_render(const struct tbm_views *v, const struct tbm_row *row, size_t 
                    size_t *len)
 {
     uint64_t size;
-    int r = row->render(v, row, t, out, len);
+    int pending = row->render(v, row, t, out, len);
+    int r = pending;
 
     if (r < 0 || !row->padded)
         return r;
@@ -436,7 +446,8 @@ int tbm_row_render(const struct tbm_views *v, const struct tbm_row *row, size_t 
         free(*out);
         return r;
     }
-    return tbm_pad_lines(out, len, size);
+    r = tbm_pad_lines(out, len, size);
+    return r < 0 ? r : pending;
 }
 
 static int read_region(const struct tbm_tensor *tensor, const struct tbm_region *region, char *buf,

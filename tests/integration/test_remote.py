@@ -312,19 +312,36 @@ def failed_transfer(suite, model_bytes, model_path):
     suite.case("a failed transfer is not a change: the statistics are computed again", go, 90)
 
 
-def fairness(suite):
+def small_and_big(suite):
+    """A container of a 64x64 tensor "small" and a 4096x4096 fp32 "big" (a raw.tb over 31 MiB),
+    both 2:4: its bytes and each tensor's expectation by name."""
+    gen = harness.load_gen()
+    path = os.path.join(suite.tmp, "fair.tbm")
+    big = gen.make_tensor("big", [4096, 4096], "fp32", (2, 4), 7)
+    small = gen.make_tensor("small", [64, 64], "fp32", (2, 4), 8)
+    _, expects = models.write_container(gen, path, [small, big])
+    with open(path, "rb") as f:
+        return f.read(), {e.name: e for e in expects}
+
+
+def known_header(m, d, within=30):
+    """Tensor d's header.json once its statistics are known (they are computed on the
+    daemon's own threads, asked by the first read that shows them)."""
+    deadline = time.monotonic() + within
+    while True:
+        h = harness.read_json(m.p("tensors", d, "header.json"))
+        if h["kept"] is not None:
+            return h
+        check(time.monotonic() < deadline, "%s's statistics not known after %d s" % (d, within))
+        time.sleep(0.1)
+
+
+def fairness(suite, data):
     """One user's 30 O_DIRECT reads of blocks not cached, on a trickling server, and another
     user's O_DIRECT reads of index.json, of a header.json whose statistics are known and of a
     raw.tb whose blocks are cached: each under 0.2 s. The kernel's default of 12 background
     requests a connection, held by the parked reads, made them wait for the deadline."""
-    gen = harness.load_gen()
     os.chmod(suite.tmp, 0o755)
-    path = os.path.join(suite.tmp, "fair.tbm")
-    big = gen.make_tensor("big", [4096, 4096], "fp32", (2, 4), 7)
-    small = gen.make_tensor("small", [64, 64], "fp32", (2, 4), 8)
-    models.write_container(gen, path, [small, big])
-    with open(path, "rb") as f:
-        data = f.read()
 
     def go():
         with httpserve.Hostile(data) as server:
@@ -333,6 +350,7 @@ def fairness(suite):
             try:
                 mine = [m.p("index.json"), m.p("tensors", "small", "header.json"),
                         m.p("tensors", "small", "raw.tb")]
+                known_header(m, "small")
                 for p in mine:  # statistics known, blocks cached
                     read_direct(p)
                 raw = m.p("tensors", "big", "raw.tb")
@@ -367,12 +385,99 @@ def fairness(suite):
                "header.json and cached raw.tb under 0.2 s", go, 90)
 
 
+def no_wait_for_statistics(suite, data, expects):
+    """model.json, tensors.json, a header.json and user.tbm.density need no transfer: on a
+    server that trickles every byte, each answers in under 1 s, what needs the statistics null
+    (absent for the attribute) and a warning saying why; once the server answers again, the
+    statistics come, computed on the daemon's own threads. They waited for every tensor's
+    statistics: model.json gave EIO after the transfer deadline."""
+    def ask(m):
+        """Each file's answer, or OSError, and its seconds, in order, on a thread of its own:
+        an answer that does not come within 10 s is missing."""
+        big = m.p("tensors", "big")
+        asks = [("model.json", lambda: harness.read_json(m.p("model.json"))),
+                ("tensors.json", lambda: harness.read_json(m.p("tensors.json"))),
+                ("header.json", lambda: harness.read_json(os.path.join(big, "header.json"))),
+                ("listxattr", lambda: os.listxattr(big)),
+                ("user.tbm.density", lambda: os.getxattr(big, "user.tbm.density"))]
+        got = {}
+
+        def run():
+            for name, fn in asks:
+                t0 = time.monotonic()
+                try:
+                    v = fn()
+                except OSError as e:
+                    v = e
+                got[name] = (v, time.monotonic() - t0)
+
+        th = threading.Thread(target=run, daemon=True)
+        th.start()
+        th.join(10)
+        print("# while transfers trickle: " + ", ".join(
+            "%s %.3f s" % (k, got[k][1]) for k, _ in asks if k in got), flush=True)
+        for name, _ in asks:
+            check(name in got, "%s: no answer within 10 s while transfers trickle" % name)
+            check(got[name][1] < 1, "%s took %.1f s while transfers trickle" % (
+                name, got[name][1]))
+        return {k: v for k, (v, _) in got.items()}
+
+    def go():
+        with httpserve.Hostile(data) as server:
+            m = start(suite, server.url("m.tbm"), {}, ["-o", "http_timeout=2"])
+            try:
+                server.trickle, server.trickle_before = 0.5, len(data)
+                got = ask(m)
+                model, tensors, header = got["model.json"], got["tensors.json"], got["header.json"]
+                for name in ("model.json", "tensors.json", "header.json"):
+                    check(not isinstance(got[name], OSError), "%s: %s" % (name, got[name]))
+                eq(model["total_kept"], None, "model.json's total_kept")
+                # small's statistics may be known already: its bytes came with the headers
+                eq(model["warnings"], sum(t["warnings"] for t in tensors),
+                   "model.json's warnings, tensors.json's")
+                for k in ("kept", "density", "groups_over_n", "mask_conflicts"):
+                    eq(header[k], None, "header.json's %s" % k)
+                why = [w for w in header["warnings"] if "not known yet" in w]
+                eq(len(why), 1, "header.json's warning saying why: %r" % header["warnings"])
+                row = {t["dir"]: t for t in tensors}["big"]
+                eq(row["density"], None, "tensors.json's density")
+                eq(row["warnings"], len(header["warnings"]), "tensors.json's warnings count")
+                check("user.tbm.density" not in got["listxattr"],
+                      "listxattr: %r" % got["listxattr"])
+                check(isinstance(got["user.tbm.density"], OSError) and
+                      got["user.tbm.density"].errno == errno.ENODATA,
+                      "user.tbm.density: %r" % got["user.tbm.density"])
+                check(m.alive(), "the daemon died")
+                # the server answers again: the parked transfers fail at once, the next asks
+                # have the statistics computed
+                server.trickle = None
+                server.done.set()
+                for d, e in expects.items():
+                    h = known_header(m, d)
+                    eq((h["kept"], h["density"]), tuple(e.stats[:2]), "%s's kept, density" % d)
+                    check(not any("not known yet" in w for w in h["warnings"]),
+                          "%s still says: %r" % (d, h["warnings"]))
+                eq(float(os.getxattr(m.p("tensors", "big"), "user.tbm.density")),
+                   expects["big"].stats[1], "user.tbm.density once known")
+                eq(harness.read_json(m.p("model.json"))["total_kept"],
+                   sum(e.stats[0] for e in expects.values()), "model.json's total_kept")
+            finally:
+                server.done.set()
+                err = finish(m)
+        check("changed" not in err, "a change blamed: %r" % err[-300:])
+
+    suite.case("statistics: model.json, tensors.json, header.json and user.tbm.density answer "
+               "at once on a trickle, null and why, then the values", go, 90)
+
+
 def main(suite):
     model = os.path.join(suite.tmp, "model.tbm")
     subprocess.run(["/usr/bin/python3", harness.GEN, "llama", model], check=True, timeout=120)
     with open(model, "rb") as f:
         data = f.read()
-    fairness(suite)
+    fair, expects = small_and_big(suite)
+    no_wait_for_statistics(suite, fair, expects)
+    fairness(suite, fair)
     secrets(suite, data)
     redirects(suite, data)
     private_ca(suite, model)
