@@ -19,7 +19,7 @@ enum job_kind { JOB_OPEN, JOB_XATTR, JOB_READ, JOB_STATS };
 
 struct job {
     enum job_kind kind;
-    fuse_req_t req; /* NULL for statistics */
+    fuse_req_t req;            /* NULL for statistics */
     struct fuse_file_info fi;  /* an open's, a read's */
     const struct tbm_row *row; /* an open's */
     size_t t;                  /* an open's, an extended attribute's; the statistics' next */
@@ -36,7 +36,7 @@ struct job {
  * user was last served. */
 struct user {
     uid_t uid;
-    uint64_t served; /* the run that last served it; 0: never */
+    uint64_t served;  /* the run that last served it; 0: never */
     unsigned running; /* of its jobs, those on a thread now */
     struct job *head, *tail;
     struct user *next;

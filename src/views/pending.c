@@ -33,8 +33,7 @@ void tbm_views_pending_free(struct tbm_views *v)
     free(v->asked);
 }
 
-int tbm_views_tensor_stats(const struct tbm_views *v, size_t t,
-                           const struct tbm_tensor_stats **out)
+int tbm_views_tensor_stats(const struct tbm_views *v, size_t t, const struct tbm_tensor_stats **out)
 {
     if (!v->opts.stats_nowait || tbm_tensor_stats_ready(v->model, t))
         return tbm_tensor_stats_get(v->model, t, out);
