@@ -211,6 +211,10 @@ void tbm_reply_done(struct tbm_reply *reply);
  * An attribute whose value is not known (no readable header, statistics
  * not computed) is left out. */
 
+/* Whether a getxattr of name (NULL: a listxattr) shows the statistics
+ * (user.tbm.density, or whether it is there). */
+bool tbm_xattr_shows_stats(const char *name);
+
 /* Writes the names present, each followed by a NUL, into buf when size
  * allows; returns the bytes they need. */
 size_t tbm_xattr_list(const struct tbm_views *views, size_t t, char *buf, size_t size);

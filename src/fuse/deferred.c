@@ -87,11 +87,10 @@ static void forget_idle(struct tbm_deferred *d)
 
 /* Removes the first job of u's queue (which take then counts running, so
  * that u is not idle). */
-static struct job *pop(struct tbm_deferred *d, struct user *u)
+static struct job *pop(struct user *u)
 {
     struct job *j = u->head;
 
-    (void)d;
     u->head = j->next;
     if (!u->head)
         u->tail = NULL;
@@ -118,7 +117,7 @@ static struct job *take(struct tbm_deferred *d, struct user **user)
             break;
         pthread_cond_wait(&d->ready, &d->lock);
     }
-    struct job *j = best ? pop(d, best) : NULL;
+    struct job *j = best ? pop(best) : NULL;
     if (best) {
         best->served = ++d->runs;
         best->running++;

@@ -429,7 +429,7 @@ static void ask_stats(const struct tbm_fs *fs, fuse_req_t req, long want)
         tbm_views_stats_drop(fs->views, want);
         return;
     }
-    /* no threads (-s, or none could start): as a mount that waits */
+    /* no statistics' threads (none could start): as a mount that waits */
     while (tbm_views_stats_step(fs->views, want, &t) > 0)
         continue;
 }
@@ -859,7 +859,9 @@ static void xattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t size)
     }
     size_t t = (size_t)n.tensor;
     if (tbm_views_stats_nowait(fs->views)) {
-        ask_stats(fs, req, (long)t);
+        /* not for the names ls -l asks of every file (ACLs, labels) */
+        if (tbm_xattr_shows_stats(name))
+            ask_stats(fs, req, (long)t);
         tbm_fs_reply_xattr(fs, req, t, name, size);
         return;
     }
