@@ -211,9 +211,11 @@ void tbm_reply_done(struct tbm_reply *reply);
  * An attribute whose value is not known (no readable header, statistics
  * not computed) is left out. */
 
-/* Whether a getxattr of name (NULL: a listxattr) shows the statistics
- * (user.tbm.density, or whether it is there). */
-bool tbm_xattr_shows_stats(const char *name);
+/* Whether a getxattr of name (NULL: a listxattr) is to have the statistics
+ * computed when they are not waited for: user.tbm.density's alone, not a
+ * listxattr or the names that ls -l asks of every file (ACLs, labels; newer
+ * coreutils list them), which would transfer every tensor listed. */
+bool tbm_xattr_asks_stats(const char *name);
 
 /* Writes the names present, each followed by a NUL, into buf when size
  * allows; returns the bytes they need. */

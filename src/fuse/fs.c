@@ -859,8 +859,7 @@ static void xattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t size)
     }
     size_t t = (size_t)n.tensor;
     if (tbm_views_stats_nowait(fs->views)) {
-        /* not for the names ls -l asks of every file (ACLs, labels) */
-        if (tbm_xattr_shows_stats(name))
+        if (tbm_xattr_asks_stats(name))
             ask_stats(fs, req, (long)t);
         tbm_fs_reply_xattr(fs, req, t, name, size);
         return;

@@ -87,10 +87,10 @@ static char *value(const struct tbm_views *v, size_t i, int k, size_t *len)
     return s;
 }
 
-bool tbm_xattr_shows_stats(const char *name)
+bool tbm_xattr_asks_stats(const char *name)
 {
-    return !name || (strncmp(name, PREFIX, sizeof(PREFIX) - 1) == 0 &&
-                     strcmp(name + sizeof(PREFIX) - 1, names[ATTR_DENSITY]) == 0);
+    return name && strncmp(name, PREFIX, sizeof(PREFIX) - 1) == 0 &&
+           strcmp(name + sizeof(PREFIX) - 1, names[ATTR_DENSITY]) == 0;
 }
 
 size_t tbm_xattr_list(const struct tbm_views *v, size_t t, char *buf, size_t size)
