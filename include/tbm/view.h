@@ -167,10 +167,16 @@ enum tbm_reply_kind {
     TBM_REPLY_HELD,   /* held: pieces of a remote source's cache, let go with tbm_reply_done */
 };
 
+struct tbm_result;
+
 struct tbm_reply {
     enum tbm_reply_kind kind;
     const char *data;
     size_t len;
+    /* BYTES of a rendering: held until tbm_reply_done, so that a release of
+     * the file while the reply is sent frees nothing it reads (a rendering
+     * with statistics not known yet is the file's alone) */
+    struct tbm_result *result;
     struct tbm_source_range range;
     struct tbm_source *src; /* SPLICE: the source of range */
     struct tbm_source_hold held;
@@ -180,9 +186,9 @@ struct tbm_reply {
  * the file. Bytes that lie as stored in a source come back as a range of its
  * descriptor when flags allow one (see tbm_reply_check), else held where the
  * source keeps them in memory; any other bytes are computed into buf (len
- * bytes at least). A reply's data stays valid until the file is closed or
- * tbm_reply_done. Fails with TBM_ERR_IO when the source cannot be read,
- * TBM_ERR_CHANGED when it changed since the mount, TBM_ERR_AGAIN (with
+ * bytes at least). A reply's data stays valid until tbm_reply_done, which
+ * every reply gets (a rendering's even after the file is closed). Fails with TBM_ERR_IO when the
+ * source cannot be read, TBM_ERR_CHANGED when it changed since the mount, TBM_ERR_AGAIN (with
  * TBM_READ_NOWAIT) when it would wait for a remote source's transfer. */
 int tbm_file_read(struct tbm_file *file, uint64_t off, size_t len, char *buf, unsigned flags,
                   struct tbm_reply *out);

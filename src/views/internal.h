@@ -284,6 +284,8 @@ bool tbm_results_ready(const struct tbm_views *v, const struct tbm_row *row, siz
 /* A result holding a copy of len bytes of data, one reference. */
 struct tbm_result *tbm_result_new(const char *data, size_t len);
 const char *tbm_result_data(const struct tbm_result *result, size_t *len);
+/* One more reference to result; result. */
+struct tbm_result *tbm_result_take(struct tbm_result *result);
 void tbm_result_put(struct tbm_result *result);
 
 /* inspect.c: stats.json, mask.png, weights.png; a picture row's arg is

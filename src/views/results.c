@@ -79,7 +79,7 @@ void tbm_result_put(struct tbm_result *r)
         free(r);
 }
 
-static struct tbm_result *take(struct tbm_result *r)
+struct tbm_result *tbm_result_take(struct tbm_result *r)
 {
     atomic_fetch_add(&r->refs, 1);
     return r;
@@ -197,7 +197,7 @@ static int claim(struct tbm_results *c, const struct tbm_row *row, size_t t, str
     while ((e = *find(c, row, t)) && e->running)
         pthread_cond_wait(&c->done, &c->lock);
     if (e) {
-        *out = take(e->result);
+        *out = tbm_result_take(e->result);
         if (row->evictable) {
             unlink_lru(c, e);
             push_lru(c, e);
@@ -229,7 +229,7 @@ static void publish(struct tbm_results *c, struct entry *e, int r, struct tbm_re
     } else {
         e->running = false;
         e->result = res;
-        *out = take(res);
+        *out = tbm_result_take(res);
         if (e->row->evictable) {
             push_lru(c, e);
             c->evictable_bytes += res->len;

@@ -577,6 +577,7 @@ int tbm_file_read(struct tbm_file *f, uint64_t off, size_t len, char *buf, unsig
         size_t start = off < n ? (size_t)off : n;
         out->data = data + start;
         out->len = n - start < len ? n - start : len;
+        out->result = tbm_result_take(f->result);
         return 0;
     }
     r = span_of(f->v, f->row, f->t, off, len, &sp);
@@ -627,6 +628,8 @@ void tbm_reply_done(struct tbm_reply *reply)
 {
     if (reply->kind == TBM_REPLY_HELD)
         tbm_source_release(&reply->held);
+    tbm_result_put(reply->result);
+    reply->result = NULL;
 }
 
 int tbm_buffer_new(const char *data, size_t len, char *owned, void **state)

@@ -35,19 +35,23 @@ def main(suite):
                 statistics, the first ask has them computed on the daemon's own threads and
                 they are absent until then."""
                 d = m.p("tensors", "big%d" % k)
+                deadline = time.monotonic() + CMD_TIMEOUT
                 while True:
                     try:
                         return float(os.getxattr(d, "user.tbm.density"))
                     except OSError as e:
                         if e.errno != errno.ENODATA:
                             raise
+                    check(time.monotonic() < deadline, "big%d's density not known" % k)
                     time.sleep(0.05)
 
             def known_header(k):
+                deadline = time.monotonic() + CMD_TIMEOUT
                 while True:
                     h = harness.read_json(m.p("tensors", "big%d" % k, "header.json"))
                     if h["kept"] is not None:
                         return h
+                    check(time.monotonic() < deadline, "big%d's header.json: %r" % (k, h))
                     time.sleep(0.05)
 
             def free():
@@ -58,7 +62,10 @@ def main(suite):
                 got = {}
 
                 def ask(k):
-                    got[k] = known_header(k) if k == N - 1 else known(k)
+                    try:
+                        got[k] = known_header(k) if k == N - 1 else known(k)
+                    except (OSError, harness.Failure) as e:
+                        got[k] = e
 
                 threads = [threading.Thread(target=ask, args=(k,)) for k in range(1, N)]
                 for t in threads:
@@ -70,6 +77,8 @@ def main(suite):
                 for t in threads:
                     t.join(CMD_TIMEOUT)
                 eq(sorted(got), list(range(1, N)), "every request answered")
+                for k, v in got.items():
+                    check(not isinstance(v, Exception), "big%d: %s" % (k, v))
                 print("# index.json %.3f s, one tensor alone %.3f s" % (took, alone))
                 check(took < alone / 2, "index.json took %.2f s while statistics were computed "
                       "(one tensor's alone: %.2f s): they held the workers" % (took, alone))

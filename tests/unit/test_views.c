@@ -648,6 +648,7 @@ static char *render_named(const struct tbm_views *v, enum tbm_row_place place, c
     assert_int_equal(reply.kind, TBM_REPLY_BYTES);
     assert_int_equal(reply.len, *size);
     char *text = strndup(reply.data, reply.len);
+    tbm_reply_done(&reply);
     tbm_file_close(f);
     return text;
 }
