@@ -174,8 +174,8 @@ struct tbm_reply {
     const char *data;
     size_t len;
     /* BYTES of a rendering: held until tbm_reply_done, so that a release of
-     * the file while the reply is sent frees nothing it reads (a rendering
-     * with statistics not known yet is the file's alone) */
+     * the file while the reply is sent frees nothing it reads (the cache may
+     * have let go of it: evicted, or showing statistics since known) */
     struct tbm_result *result;
     struct tbm_source_range range;
     struct tbm_source *src; /* SPLICE: the source of range */

@@ -25,6 +25,7 @@ struct tbm_views {
      * having the statistics computed (pending.c) */
     atomic_bool *asked;
     atomic_bool asked_all;
+    atomic_uint_fast64_t stats_done; /* steps that computed a tensor's */
 };
 
 /* Bytes of a file that lie as stored in a source: len bytes at pos of src
@@ -94,7 +95,8 @@ struct tbm_row {
      * padded to it (tbm_pad_lines). */
     bool padded;
     /* RENDERED: whose statistics it shows; its render returns 1 when some
-     * were not known yet (stats_nowait), a rendering not kept */
+     * were not known yet (stats_nowait), a rendering kept only until some
+     * of them are */
     enum tbm_row_stats stats;
     bool slow;      /* rendering can take seconds */
     bool evictable; /* rendering again gives the same bytes: the result may be
@@ -105,7 +107,7 @@ struct tbm_row {
 void *tbm_row_state(const struct tbm_views *v, const struct tbm_row *row);
 
 /* The content of a rendered row for tensor t, padded when the row says so:
- * what results.c keeps (1: showing statistics not known yet, not kept). */
+ * what results.c keeps (1: showing statistics not known yet). */
 int tbm_row_render(const struct tbm_views *v, const struct tbm_row *row, size_t t, char **out,
                    size_t *len);
 
@@ -165,6 +167,10 @@ void tbm_views_pending_free(struct tbm_views *v);
  * the failure. */
 int tbm_views_tensor_stats(const struct tbm_views *v, size_t t,
                            const struct tbm_tensor_stats **out);
+/* What a rendering of row for tensor t that showed statistics not known
+ * yet depends on: a value that changes when some of them become known
+ * (its tensor's, for header.json; any tensor's, for the root files). */
+uint64_t tbm_views_stats_gen(const struct tbm_views *v, const struct tbm_row *row, size_t t);
 
 /* Root documents that sum up every tensor's statistics (model.json,
  * tensors.json): doc renders one, with the statistics or (for the size)

@@ -41,6 +41,13 @@ int tbm_views_tensor_stats(const struct tbm_views *v, size_t t, const struct tbm
     return 1;
 }
 
+uint64_t tbm_views_stats_gen(const struct tbm_views *v, const struct tbm_row *row, size_t t)
+{
+    if (row->stats == TBM_ROW_STATS_TENSOR)
+        return tbm_tensor_stats_ready(v->model, t);
+    return atomic_load(&v->stats_done);
+}
+
 bool tbm_views_stats_nowait(const struct tbm_views *v)
 {
     return v->opts.stats_nowait;
@@ -83,6 +90,7 @@ int tbm_views_stats_step(const struct tbm_views *v, long want, size_t *t)
     if (want >= 0) {
         *t = (size_t)want;
         r = tbm_tensor_stats_get(v->model, *t, &st);
+        atomic_fetch_add(&((struct tbm_views *)v)->stats_done, r == 0);
         tbm_views_stats_drop(v, want);
         return r < 0 ? r : 0;
     }
@@ -97,6 +105,7 @@ int tbm_views_stats_step(const struct tbm_views *v, long want, size_t *t)
         tbm_views_stats_drop(v, want);
         return r;
     }
+    atomic_fetch_add(&((struct tbm_views *)v)->stats_done, 1);
     ++*t;
     return 1;
 }
