@@ -38,6 +38,12 @@ struct tbm_views_options {
     /* Why a tokenizer directory found beside the source is not used, a line
      * for model.json's views_missing (NULL: nothing to say); copied. */
     const char *tokenizer_note;
+    /* Files that show statistics (model.json, tensors.json, header.json,
+     * user.tbm.density) never wait for them to be computed, for a source
+     * whose reads wait for transfers: they show those known, the others
+     * null with a warning that says why, and the caller has them computed
+     * apart (tbm_views_stats_ask). false: they are computed when asked. */
+    bool stats_nowait;
 };
 
 #define TBM_BATCH_DEFAULT 8
@@ -116,6 +122,32 @@ bool tbm_row_ready(const struct tbm_views *views, const struct tbm_row *row, siz
  * the whole tensor. */
 bool tbm_views_stats_ready(const struct tbm_views *views, size_t t);
 
+/* Whose statistics a row's file shows: none, its tensor's (header.json), or
+ * every tensor's (model.json, tensors.json). */
+enum tbm_row_stats {
+    TBM_ROW_STATS_NONE,
+    TBM_ROW_STATS_TENSOR,
+    TBM_ROW_STATS_ALL,
+};
+enum tbm_row_stats tbm_row_stats(const struct tbm_row *row);
+
+/* The views' stats_nowait option. */
+bool tbm_views_stats_nowait(const struct tbm_views *views);
+
+/* With stats_nowait: what a file showing the statistics of tensor want (-1:
+ * of every tensor) asks. True when some of them are not known and no one is
+ * computing them: the caller is to have them computed, calling
+ * tbm_views_stats_step until it returns 0 or less (or tbm_views_stats_drop
+ * when it cannot), and until then later asks are false. */
+bool tbm_views_stats_ask(const struct tbm_views *views, long want);
+void tbm_views_stats_drop(const struct tbm_views *views, long want);
+
+/* One step of computing what tbm_views_stats_ask(views, want) asked: one
+ * tensor's statistics (for want -1, the next unknown one from *t on; *t
+ * starts at 0). Returns 1 when more steps remain, 0 when done, or the
+ * failure of tensor *t (a failed transfer: a later ask starts again). */
+int tbm_views_stats_step(const struct tbm_views *views, long want, size_t *t);
+
 /* The size in bytes: 0 for a file that cannot be served (those of a broken
  * tensor that validation found unsafe), which tbm_file_open refuses. */
 int tbm_row_size(const struct tbm_views *views, const struct tbm_row *row, size_t t,
@@ -144,10 +176,16 @@ enum tbm_reply_kind {
     TBM_REPLY_HELD,   /* held: pieces of a remote source's cache, let go with tbm_reply_done */
 };
 
+struct tbm_result;
+
 struct tbm_reply {
     enum tbm_reply_kind kind;
     const char *data;
     size_t len;
+    /* BYTES of a rendering: held until tbm_reply_done, so that a release of
+     * the file while the reply is sent frees nothing it reads (the cache may
+     * have let go of it: evicted, or showing statistics since known) */
+    struct tbm_result *result;
     struct tbm_source_range range;
     struct tbm_source *src; /* SPLICE: the source of range */
     struct tbm_source_hold held;
@@ -157,9 +195,9 @@ struct tbm_reply {
  * the file. Bytes that lie as stored in a source come back as a range of its
  * descriptor when flags allow one (see tbm_reply_check), else held where the
  * source keeps them in memory; any other bytes are computed into buf (len
- * bytes at least). A reply's data stays valid until the file is closed or
- * tbm_reply_done. Fails with TBM_ERR_IO when the source cannot be read,
- * TBM_ERR_CHANGED when it changed since the mount, TBM_ERR_AGAIN (with
+ * bytes at least). A reply's data stays valid until tbm_reply_done, which
+ * every reply gets (a rendering's even after the file is closed). Fails with TBM_ERR_IO when the
+ * source cannot be read, TBM_ERR_CHANGED when it changed since the mount, TBM_ERR_AGAIN (with
  * TBM_READ_NOWAIT) when it would wait for a remote source's transfer. */
 int tbm_file_read(struct tbm_file *file, uint64_t off, size_t len, char *buf, unsigned flags,
                   struct tbm_reply *out);
@@ -187,6 +225,12 @@ void tbm_reply_done(struct tbm_reply *reply);
  * user.tbm.dtype, user.tbm.nm ("2:4", "0:0" for dense), user.tbm.density.
  * An attribute whose value is not known (no readable header, statistics
  * not computed) is left out. */
+
+/* Whether a getxattr of name (NULL: a listxattr) is to have the statistics
+ * computed when they are not waited for: user.tbm.density's alone, not a
+ * listxattr or the names that ls -l asks of every file (ACLs, labels; newer
+ * coreutils list them), which would transfer every tensor listed. */
+bool tbm_xattr_asks_stats(const char *name);
 
 /* Writes the names present, each followed by a NUL, into buf when size
  * allows; returns the bytes they need. */

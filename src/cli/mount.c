@@ -161,6 +161,13 @@ static int add_mount_options(struct fuse_args *args, const char *raw, unsigned m
  * in throughput. */
 #define TRANSFER_WAITERS 10
 
+/* Threads that compute statistics (reading a whole tensor each), and of
+ * them those one user's requests may hold at once: another user's always
+ * finds one free while there are fewer users than threads, whatever the one
+ * asks. Each holds a tensor's chunk buffers (a few MiB) while it works. */
+#define STATS_THREADS  4
+#define STATS_PER_USER 1
+
 static void reload_credentials(int sig)
 {
     (void)sig;
@@ -211,10 +218,10 @@ static int serve(struct fuse_args *args, const struct tbm_cli *cli, struct tbm_f
     tbm_fs_widen_readahead(cli->mountpoint);
     /* Threads start after fuse_daemonize, whose fork they would not survive.
      * Without them, self-tests and statistics run in the FUSE workers. */
-    tbm_deferred_start(fs, 1, &fs->deferred);
-    tbm_deferred_start(fs, 1, &fs->stats);
+    tbm_deferred_start(fs, 1, 0, &fs->deferred);
+    tbm_deferred_start(fs, STATS_THREADS, STATS_PER_USER, &fs->stats);
     if (tbm_source_is_url(cli->sources[0]))
-        tbm_deferred_start(fs, TRANSFER_WAITERS, &fs->transfers);
+        tbm_deferred_start(fs, TRANSFER_WAITERS, 0, &fs->transfers);
     tbm_fs_watch_start(fs, &fs->watch);
     if (opts->singlethread) {
         r = fuse_session_loop(se);
@@ -233,6 +240,9 @@ static int serve(struct fuse_args *args, const struct tbm_cli *cli, struct tbm_f
      * SIGTERM are the ordinary way to stop, not a failure. */
     r = r >= 0 ? 0 : 1;
 out_stop:
+    /* however the loop ended: no thread of the queues below waits for a
+     * server (a read parked, statistics being computed) */
+    tbm_source_stop();
     tbm_fs_watch_stop(fs->watch);
     fs->watch = NULL;
     tbm_deferred_stop(fs->transfers);
@@ -253,7 +263,9 @@ out_destroy:
 int tbm_mount_run(const struct tbm_cli *cli, struct fuse_args *args)
 {
     struct tbm_open_options open_opts = {.strict = cli->strict, .remote = cli->remote};
-    struct tbm_views_options view_opts = {.selftest_batch = cli->batch};
+    /* a remote source's statistics wait for transfers: no file waits for them */
+    struct tbm_views_options view_opts = {.selftest_batch = cli->batch,
+                                          .stats_nowait = tbm_source_is_url(cli->sources[0])};
     struct tbm_tokenizer_files tokenizer = {0};
     bool with_tokenizer;
     char *tokenizer_note = NULL;

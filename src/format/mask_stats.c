@@ -33,6 +33,13 @@ struct tbm_stats_table {
     size_t n;
 };
 
+static int compute(const struct tbm_model *m, const struct tbm_tensor *t, struct slot *s);
+
+bool tbm_tensor_stats_reads(const struct tbm_tensor *t)
+{
+    return t->header_sound && t->weights.ok && t->hdr.nm_m && t->mask_usable && t->mask.ok;
+}
+
 int tbm_stats_table_init(struct tbm_model *m)
 {
     struct tbm_stats_table *st = calloc(1, sizeof(*st));
@@ -45,6 +52,14 @@ int tbm_stats_table_init(struct tbm_model *m)
     for (size_t i = 0; i < LOCKS; i++)
         pthread_mutex_init(&st->locks[i], NULL);
     m->stats = st;
+    /* Those that need no read are known from the headers: a file that shows
+     * them never waits for them (nor for the lock another tensor's holds). */
+    for (size_t i = 0; i < m->ntensors; i++) {
+        if (tbm_tensor_stats_reads(&m->tensors[i]))
+            continue;
+        compute(m, &m->tensors[i], &st->slots[i]);
+        atomic_store_explicit(&st->slots[i].ready, true, memory_order_release);
+    }
     return 0;
 }
 
@@ -98,15 +113,14 @@ static int compute(const struct tbm_model *m, const struct tbm_tensor *t, struct
     struct count_buf buf = {0};
     int r = 0;
 
-    if (!t->header_sound || !t->weights.ok)
-        return 0;
-    if (t->hdr.nm_m == 0) {
-        st->counts.kept = t->hdr.num_weights;
-        st->known = true;
+    if (!tbm_tensor_stats_reads(t)) {
+        /* a dense tensor keeps every element; any other is unknown for good */
+        if (t->header_sound && t->weights.ok && t->hdr.nm_m == 0) {
+            st->counts.kept = t->hdr.num_weights;
+            st->known = true;
+        }
         return 0;
     }
-    if (!t->mask_usable || !t->mask.ok)
-        return 0;
     buf.weights = malloc(COUNT_CHUNK * 8);
     buf.mask = malloc(COUNT_CHUNK + 8);
     if (!buf.weights || !buf.mask) {
@@ -206,7 +220,7 @@ void tbm_model_stats_progress(const struct tbm_model *m, uint64_t *done, uint64_
     *total = 0;
     for (size_t i = 0; i < m->ntensors; i++) {
         const struct tbm_tensor *t = &m->tensors[i];
-        if (t->header_sound && t->weights.ok && t->hdr.nm_m && t->mask_usable && t->mask.ok)
+        if (tbm_tensor_stats_reads(t))
             *total += t->weights.len + t->mask.len;
     }
     *done = atomic_load(&m->stats->bytes_read);

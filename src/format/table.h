@@ -140,6 +140,10 @@ const struct tbm_tensor_stats *tbm_tensor_stats(const struct tbm_model *model, s
  * over its num_weights (0 for a tensor of none). */
 double tbm_tensor_density(const struct tbm_tensor *t, const struct tbm_tensor_stats *st);
 
+/* Whether computing t's statistics reads its masks and weights (a sound
+ * tensor with a usable mask); the others' are known from the mount on. */
+bool tbm_tensor_stats_reads(const struct tbm_tensor *t);
+
 /* Whether t's statistics are computed, so that tbm_tensor_stats returns at
  * once. */
 bool tbm_tensor_stats_ready(const struct tbm_model *model, size_t t);

@@ -3,7 +3,10 @@
  * remote source's transfer) are answered by threads of their own, so that
  * they never hold the workers that serve the rest; the waiting requests'
  * users are taken in turn, so that one user's many requests cannot make
- * another's wait behind them. */
+ * another's wait behind them, and a queue may cap the threads one user's
+ * requests hold at once. Statistics asked by a request that does not wait
+ * for them (a remote mount's) are computed here too, as the asking user's
+ * work, one tensor a turn. */
 #include "fs.h"
 
 #include <errno.h>
@@ -12,14 +15,15 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum job_kind { JOB_OPEN, JOB_XATTR, JOB_READ };
+enum job_kind { JOB_OPEN, JOB_XATTR, JOB_READ, JOB_STATS };
 
 struct job {
     enum job_kind kind;
-    fuse_req_t req;
+    fuse_req_t req;            /* NULL for statistics */
     struct fuse_file_info fi;  /* an open's, a read's */
     const struct tbm_row *row; /* an open's */
-    size_t t;                  /* an open's, an extended attribute's */
+    size_t t;                  /* an open's, an extended attribute's; the statistics' next */
+    long want;                 /* the statistics': tbm_views_stats_ask's */
     char *name;                /* getxattr's name; NULL: listxattr */
     size_t size;               /* an extended attribute's, a read's */
     fuse_ino_t ino;            /* a read's */
@@ -32,7 +36,8 @@ struct job {
  * user was last served. */
 struct user {
     uid_t uid;
-    uint64_t served; /* the run that last served it; 0: never */
+    uint64_t served;  /* the run that last served it; 0: never */
+    unsigned running; /* of its jobs, those on a thread now */
     struct job *head, *tail;
     struct user *next;
 };
@@ -50,6 +55,7 @@ struct tbm_deferred {
     const struct tbm_fs *fs;
     pthread_t threads[THREADS_MAX];
     unsigned nthreads;
+    unsigned per_user; /* jobs of one user on threads at once at most; 0: any */
     pthread_mutex_t lock;
     pthread_cond_t ready;
     struct user *users; /* those with requests queued, and the idle ones remembered */
@@ -70,7 +76,7 @@ static void forget_idle(struct tbm_deferred *d)
     while (d->idle > IDLE_USERS) {
         struct user **oldest = NULL;
         for (struct user **p = &d->users; *p; p = &(*p)->next)
-            if (!(*p)->head && (!oldest || (*p)->served < (*oldest)->served))
+            if (!(*p)->head && !(*p)->running && (!oldest || (*p)->served < (*oldest)->served))
                 oldest = p;
         struct user *u = *oldest;
         *oldest = u->next;
@@ -79,22 +85,21 @@ static void forget_idle(struct tbm_deferred *d)
     }
 }
 
-/* Removes the first job of u's queue. */
-static struct job *pop(struct tbm_deferred *d, struct user *u)
+/* Removes the first job of u's queue (which take then counts running, so
+ * that u is not idle). */
+static struct job *pop(struct user *u)
 {
     struct job *j = u->head;
 
     u->head = j->next;
-    if (!u->head) {
+    if (!u->head)
         u->tail = NULL;
-        d->idle++;
-    }
     return j;
 }
 
 /* The next job: that of the user least recently served, the earliest asked
- * among users never served. */
-static struct job *take(struct tbm_deferred *d)
+ * among users never served, of the users below the cap; *user its user. */
+static struct job *take(struct tbm_deferred *d, struct user **user)
 {
     struct user *best;
 
@@ -102,6 +107,8 @@ static struct job *take(struct tbm_deferred *d)
     for (;;) {
         best = NULL;
         for (struct user *u = d->users; u && !d->stopping; u = u->next) {
+            if (d->per_user && u->running >= d->per_user)
+                continue;
             if (u->head && (!best || u->served < best->served ||
                             (u->served == best->served && u->head->arrival < best->head->arrival)))
                 best = u;
@@ -110,22 +117,57 @@ static struct job *take(struct tbm_deferred *d)
             break;
         pthread_cond_wait(&d->ready, &d->lock);
     }
-    struct job *j = best ? pop(d, best) : NULL;
+    struct job *j = best ? pop(best) : NULL;
     if (best) {
         best->served = ++d->runs;
+        best->running++;
         forget_idle(d);
     }
+    *user = best;
     pthread_mutex_unlock(&d->lock);
     return j;
+}
+
+/* Appends j to u's queue, with d's lock held. */
+static void append(struct tbm_deferred *d, struct user *u, struct job *j)
+{
+    j->arrival = ++d->arrivals;
+    j->next = NULL;
+    if (u->tail) {
+        u->tail->next = j;
+    } else {
+        u->head = j;
+        d->idle -= !u->running;
+    }
+    u->tail = j;
+    pthread_cond_signal(&d->ready);
+}
+
+/* One step of a statistics job; whether it has more, and is to go back to
+ * the end of its user's queue (the other users' turns come first). */
+static bool stats_step(struct tbm_deferred *d, struct job *j)
+{
+    size_t t = j->t;
+    int r = tbm_views_stats_step(d->fs->views, j->want, &t);
+
+    /* a failed transfer: logged as a read of the file would be */
+    if (r < 0 && r != TBM_ERR_STOPPED)
+        tbm_fs_failed((struct tbm_fs *)d->fs, (long)t, NULL, r);
+    j->t = t;
+    return r > 0;
 }
 
 static void *run(void *arg)
 {
     struct tbm_deferred *d = arg;
+    struct user *u;
     struct job *j;
 
-    while ((j = take(d))) {
-        if (fuse_req_interrupted(j->req))
+    while ((j = take(d, &u))) {
+        bool again = false;
+        if (j->kind == JOB_STATS)
+            again = stats_step(d, j);
+        else if (fuse_req_interrupted(j->req))
             fuse_reply_err(j->req, EINTR);
         else if (j->kind == JOB_OPEN)
             tbm_fs_open_file(d->fs, j->req, &j->fi, j->row, j->t);
@@ -133,7 +175,20 @@ static void *run(void *arg)
             tbm_fs_reply_xattr(d->fs, j->req, j->t, j->name, j->size);
         else
             tbm_fs_read(d->fs, j->req, j->ino, &j->fi, j->size, j->off, true);
-        free_job(j);
+        pthread_mutex_lock(&d->lock);
+        if (again && !d->stopping) {
+            append(d, u, j); /* before u counts one running fewer: never idle */
+            j = NULL;
+        } else if (again) { /* never computed: a later ask starts again */
+            tbm_views_stats_drop(d->fs->views, j->want);
+        }
+        u->running--;
+        d->idle += !u->head && !u->running;
+        /* a user below its cap again may have jobs waiting */
+        pthread_cond_broadcast(&d->ready);
+        pthread_mutex_unlock(&d->lock);
+        if (j)
+            free_job(j);
     }
     return NULL;
 }
@@ -160,7 +215,7 @@ static void on_interrupt(fuse_req_t req, void *arg)
             *p = found->next;
             if (u->tail == found)
                 u->tail = prev;
-            d->idle += !u->head;
+            d->idle += !u->head && !u->running;
             break;
         }
     }
@@ -173,7 +228,8 @@ static void on_interrupt(fuse_req_t req, void *arg)
     }
 }
 
-int tbm_deferred_start(const struct tbm_fs *fs, unsigned threads, struct tbm_deferred **out)
+int tbm_deferred_start(const struct tbm_fs *fs, unsigned threads, unsigned per_user,
+                       struct tbm_deferred **out)
 {
     struct tbm_deferred *d = calloc(1, sizeof(*d));
 
@@ -181,6 +237,7 @@ int tbm_deferred_start(const struct tbm_fs *fs, unsigned threads, struct tbm_def
     if (!d)
         return -1;
     d->fs = fs;
+    d->per_user = per_user;
     pthread_mutex_init(&d->lock, NULL);
     pthread_cond_init(&d->ready, NULL);
     threads = threads > THREADS_MAX ? THREADS_MAX : threads;
@@ -226,17 +283,8 @@ static bool push(struct tbm_deferred *d, struct job *j)
      * has marked the request, and is answered here. */
     pthread_mutex_lock(&d->lock);
     bool interrupted = fuse_req_interrupted(req);
-    if (!interrupted && (u = user_of(d, fuse_req_ctx(req)->uid))) {
-        j->arrival = ++d->arrivals;
-        if (u->tail) {
-            u->tail->next = j;
-        } else {
-            u->head = j;
-            d->idle--;
-        }
-        u->tail = j;
-        pthread_cond_signal(&d->ready);
-    }
+    if (!interrupted && (u = user_of(d, fuse_req_ctx(req)->uid)))
+        append(d, u, j);
     pthread_mutex_unlock(&d->lock);
     if (interrupted) {
         fuse_reply_err(req, EINTR);
@@ -293,6 +341,23 @@ bool tbm_deferred_push_read(struct tbm_deferred *d, fuse_req_t req, fuse_ino_t i
     return false;
 }
 
+bool tbm_deferred_push_stats(struct tbm_deferred *d, uid_t uid, long want)
+{
+    struct job *j = calloc(1, sizeof(*j));
+    struct user *u = NULL;
+
+    if (!j)
+        return false;
+    *j = (struct job){.kind = JOB_STATS, .want = want};
+    pthread_mutex_lock(&d->lock);
+    if (!d->stopping && (u = user_of(d, uid)))
+        append(d, u, j);
+    pthread_mutex_unlock(&d->lock);
+    if (!u)
+        free_job(j);
+    return u != NULL;
+}
+
 void tbm_deferred_stop(struct tbm_deferred *d)
 {
     if (!d)
@@ -310,7 +375,8 @@ void tbm_deferred_stop(struct tbm_deferred *d)
         unext = u->next;
         for (struct job *j = u->head, *next; j; j = next) {
             next = j->next;
-            fuse_reply_err(j->req, ENOTCONN);
+            if (j->req)
+                fuse_reply_err(j->req, ENOTCONN);
             free_job(j);
         }
         free(u);

@@ -96,8 +96,8 @@ void tbm_fs_failed(struct tbm_fs *fs, long tensor, const struct tbm_row *row, in
         return;
     }
     if (tensor < 0)
-        tbm_log(TBM_LOG_ERROR, "%s: %s", row ? tbm_row_name(row) : "?", reason(status));
+        tbm_log(TBM_LOG_ERROR, "%s: %s", row ? tbm_row_name(row) : "statistics", reason(status));
     else
         tbm_log(TBM_LOG_ERROR, "tensor %s: %s: %s", tbm_views_tensor_dir(fs->views, (size_t)tensor),
-                row ? tbm_row_name(row) : "?", reason(status));
+                row ? tbm_row_name(row) : "statistics", reason(status));
 }

@@ -404,12 +404,34 @@ void tbm_fs_open_file(const struct tbm_fs *fs, fuse_req_t req, struct fuse_file_
         return;
     }
     /* every size is exact in stat and the bytes never change while the
-     * source does not: the kernel's cache of them lasts across opens */
-    fi->keep_cache = 1;
+     * source does not: the kernel's cache of them lasts across opens; but
+     * for the statistics not waited for, which a later open may show where
+     * an earlier one had null */
+    fi->keep_cache = !tbm_views_stats_nowait(fs->views) || tbm_row_stats(row) == TBM_ROW_STATS_NONE;
     fi->fh = (uint64_t)(uintptr_t)file;
     /* Unanswered (the opener is gone), the open gets no release to close it. */
     if (fuse_reply_open(req, fi) != 0)
         tbm_file_close(file);
+}
+
+/* On a mount that does not wait for statistics: has those of tensor want
+ * (-1: every tensor's) computed on the statistics' threads, as the asking
+ * user's work, when they are not known and no one is computing them. */
+static void ask_stats(const struct tbm_fs *fs, fuse_req_t req, long want)
+{
+    size_t t = 0;
+
+    if (!tbm_views_stats_ask(fs->views, want))
+        return;
+    if (fs->stats && tbm_deferred_push_stats(fs->stats, fuse_req_ctx(req)->uid, want))
+        return;
+    if (fs->stats) {
+        tbm_views_stats_drop(fs->views, want);
+        return;
+    }
+    /* no statistics' threads (none could start): as a mount that waits */
+    while (tbm_views_stats_step(fs->views, want, &t) > 0)
+        continue;
 }
 
 static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
@@ -436,6 +458,13 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
         return;
     }
     size_t t = node_tensor(&n);
+    enum tbm_row_stats shows = tbm_row_stats(n.row);
+    /* Statistics not waited for: what is known is rendered at once, here. */
+    if (shows != TBM_ROW_STATS_NONE && tbm_views_stats_nowait(fs->views)) {
+        ask_stats(fs, req, shows == TBM_ROW_STATS_ALL ? -1 : (long)t);
+        tbm_fs_open_file(fs, req, fi, n.row, t);
+        return;
+    }
     /* A rendered file not rendered yet may take seconds (a self-test, or
      * statistics that read the whole tensor or model): answered on a thread
      * of its own. A result already rendered is handed over here: queued, its
@@ -808,7 +837,8 @@ void tbm_fs_reply_xattr(const struct tbm_fs *fs, fuse_req_t req, size_t t, const
 /* Attributes live on tensor directories and their files; the root's files
  * and directories have none. size 0 asks for the length alone. Whether
  * user.tbm.density is there, and its value, need the tensor's statistics:
- * until they are computed, on the statistics' thread. */
+ * until they are computed, on the statistics' threads, or not waited for
+ * (absent until they are). */
 static void xattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t size)
 {
     const struct tbm_fs *fs = fs_of(req);
@@ -828,6 +858,12 @@ static void xattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t size)
         return;
     }
     size_t t = (size_t)n.tensor;
+    if (tbm_views_stats_nowait(fs->views)) {
+        if (tbm_xattr_asks_stats(name))
+            ask_stats(fs, req, (long)t);
+        tbm_fs_reply_xattr(fs, req, t, name, size);
+        return;
+    }
     if (fs->stats && !tbm_views_stats_ready(fs->views, t) &&
         tbm_deferred_push_xattr(fs->stats, req, t, name, size))
         return;

@@ -41,7 +41,8 @@ struct tbm_fs {
     bool splice;                    /* byte ranges of the source are spliced: wanted, then
                                      * kept by init only if the kernel and pipe allow */
     struct tbm_deferred *deferred;  /* answers the self-test opens; NULL: inline */
-    struct tbm_deferred *stats;     /* answers what waits for statistics; NULL: inline */
+    struct tbm_deferred *stats;     /* answers what waits for statistics, and computes
+                                     * those not waited for; NULL: inline */
     struct tbm_deferred *transfers; /* reads that wait for a remote source; NULL: inline */
     struct tbm_fs_watch *watch;     /* the watch of the local files; NULL: none */
     struct fuse_session *se;        /* for the kernel-cache notifications */
@@ -52,7 +53,8 @@ struct tbm_fs {
 /* One past the largest inode number of the tree. */
 fuse_ino_t tbm_fs_last_ino(const struct tbm_fs *fs);
 
-/* Reports a failed read or open of row's file (row NULL: unknown) of tensor
+/* Reports a failed read or open of row's file (row NULL: the computing of
+ * its statistics, apart from any file) of tensor
  * (-1 for a root file) with status: logged once per tensor, row and reason; a
  * source changed in place is logged once more and the kernel's cache of the
  * tree dropped. */
@@ -100,8 +102,15 @@ void tbm_fs_open_file(const struct tbm_fs *fs, fuse_req_t req, struct fuse_file_
  * 1 to 16), so that requests that take seconds never hold the FUSE workers:
  * ten readers of selftest files would otherwise hold them all. It takes the
  * waiting requests' users in turn: the next request is that of the user
- * served least recently (of those never served, the earliest asked). */
-int tbm_deferred_start(const struct tbm_fs *fs, unsigned threads, struct tbm_deferred **out);
+ * served least recently (of those never served, the earliest asked), of
+ * the users with fewer than per_user requests on its threads (0: no cap). */
+int tbm_deferred_start(const struct tbm_fs *fs, unsigned threads, unsigned per_user,
+                       struct tbm_deferred **out);
+/* Queues, as user uid's, the computing of the statistics that
+ * tbm_views_stats_ask(fs->views, want) asked, one tensor a turn (a failure
+ * reported with row NULL); false when out of memory or stopping (then they
+ * are the caller's to drop). */
+bool tbm_deferred_push_stats(struct tbm_deferred *d, uid_t uid, long want);
 /* Queues an open for tbm_fs_open_file; false when out of memory. */
 bool tbm_deferred_push(struct tbm_deferred *d, fuse_req_t req, const struct fuse_file_info *fi,
                        const struct tbm_row *row, size_t t);

@@ -24,6 +24,11 @@ struct tbm_views {
     struct tbm_row_slot *slots;   /* one per row of the table */
     struct tbm_gguf_vocab *vocab; /* NULL: no tokenizer */
     char *tokenizer_note;         /* opts.tokenizer_note's copy */
+    /* stats_nowait: per tensor, and for every tensor, whether someone is
+     * having the statistics computed (pending.c) */
+    atomic_bool *asked;
+    atomic_bool asked_all;
+    atomic_uint_fast64_t stats_done; /* steps that computed a tensor's */
 };
 
 /* Bytes of a file that lie as stored in a source: len bytes at pos of src
@@ -92,6 +97,10 @@ struct tbm_row {
      * remembered per tensor: it may cost a render), and each rendering is
      * padded to it (tbm_pad_lines). */
     bool padded;
+    /* RENDERED: whose statistics it shows; its render returns 1 when some
+     * were not known yet (stats_nowait), a rendering kept only until some
+     * of them are */
+    enum tbm_row_stats stats;
     bool slow;      /* rendering can take seconds */
     bool evictable; /* rendering again gives the same bytes: the result may be
                      * dropped when the cache is full */
@@ -101,7 +110,7 @@ struct tbm_row {
 void *tbm_row_state(const struct tbm_views *v, const struct tbm_row *row);
 
 /* The content of a rendered row for tensor t, padded when the row says so:
- * what results.c keeps. */
+ * what results.c keeps (1: showing statistics not known yet). */
 int tbm_row_render(const struct tbm_views *v, const struct tbm_row *row, size_t t, char **out,
                    size_t *len);
 
@@ -152,15 +161,29 @@ void tbm_copy_range(char *buf, uint64_t off, size_t len, const char *src, size_t
 #define TBM_PAD_COLUMNS 80
 int tbm_pad_lines(char **doc, size_t *len, uint64_t size);
 
+/* pending.c: statistics not waited for (stats_nowait) */
+int tbm_views_pending_init(struct tbm_views *v);
+void tbm_views_pending_free(struct tbm_views *v);
+/* Tensor t's statistics for a file that shows them: 0 with *out, computed
+ * now if they are not yet; with stats_nowait, 1 with *out statistics
+ * unknown whose one warning says why when they are not computed yet; or
+ * the failure. */
+int tbm_views_tensor_stats(const struct tbm_views *v, size_t t,
+                           const struct tbm_tensor_stats **out);
+/* What a rendering of row for tensor t that showed statistics not known
+ * yet depends on: a value that changes when some of them become known
+ * (its tensor's, for header.json; any tensor's, for the root files). */
+uint64_t tbm_views_stats_gen(const struct tbm_views *v, const struct tbm_row *row, size_t t);
+
 /* Root documents that sum up every tensor's statistics (model.json,
  * tensors.json): doc renders one, with the statistics or (for the size)
- * without. */
+ * without; 1 when some were not known yet. */
 typedef int (*tbm_doc_fn)(const struct tbm_views *v, bool with_stats, char **out, size_t *len);
 /* The rendering without the statistics plus slack, a bound on what they
  * can add. */
 int tbm_lazy_doc_size(const struct tbm_views *v, tbm_doc_fn doc, uint64_t slack, uint64_t *size);
 /* Renders one with the statistics, every tensor's computed first (in
- * parallel). */
+ * parallel) unless stats_nowait. */
 int tbm_lazy_doc_render(const struct tbm_views *v, tbm_doc_fn doc, char **out, size_t *len);
 
 /* Serializes obj pretty-printed with a final newline into a malloc'd buffer. */
@@ -277,6 +300,8 @@ bool tbm_results_ready(const struct tbm_views *v, const struct tbm_row *row, siz
 /* A result holding a copy of len bytes of data, one reference. */
 struct tbm_result *tbm_result_new(const char *data, size_t len);
 const char *tbm_result_data(const struct tbm_result *result, size_t *len);
+/* One more reference to result; result. */
+struct tbm_result *tbm_result_take(struct tbm_result *result);
 void tbm_result_put(struct tbm_result *result);
 
 /* inspect.c: stats.json, mask.png, weights.png; a picture row's arg is

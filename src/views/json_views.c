@@ -95,13 +95,15 @@ static struct json_object *stored_json(const struct tbm_tensor *t)
     return obj;
 }
 
+/* 1 when the statistics were not known yet. */
 static int header_doc(const struct tbm_views *v, size_t t, bool with_stats, char **out, size_t *len)
 {
     const struct tbm_tensor *tensor = &v->model->tensors[t];
     const struct tbm_tensor_stats *st = NULL;
-    int r = with_stats ? tbm_tensor_stats_get(v->model, t, &st) : 0;
-    if (r < 0)
-        return r;
+    int pending = with_stats ? tbm_views_tensor_stats(v, t, &st) : 0;
+    int r;
+    if (pending < 0)
+        return pending;
     struct json_object *o = json_object_new_object();
     const char *dtype = dtype_name(tensor);
 
@@ -122,11 +124,12 @@ static int header_doc(const struct tbm_views *v, size_t t, bool with_stats, char
     json_object_object_add(o, "index", stored_json(tensor));
     r = tbm_json_dump(o, out, len);
     json_object_put(o);
-    return r;
+    return r < 0 ? r : pending;
 }
 
 /* Its size is fixed before the statistics are known: the rendering
- * without them, and room for what they can add. */
+ * without them, and room for what they can add (their warnings, or the one
+ * saying they are not known yet). */
 int tbm_header_json_size(const struct tbm_views *v, const struct tbm_row *row, size_t t,
                          uint64_t *size)
 {
@@ -173,20 +176,24 @@ static struct json_object *problems_json(const struct tbm_model *m)
 }
 
 /* The model's sums over its tensors: weights, and with the statistics
- * kept elements and warnings. */
+ * kept elements and warnings; pending counts tensors whose statistics
+ * were not known yet (stats_nowait). */
 struct sums {
-    uint64_t total, kept, warnings, warned;
+    uint64_t total, kept, warnings, warned, pending;
 };
 
-static int sum_tensors(const struct tbm_model *m, bool with_stats, struct sums *s)
+static int sum_tensors(const struct tbm_views *v, bool with_stats, struct sums *s)
 {
+    const struct tbm_model *m = v->model;
+
     *s = (struct sums){0};
     for (size_t i = 0; i < m->ntensors; i++) {
         const struct tbm_tensor *t = &m->tensors[i];
         const struct tbm_tensor_stats *st = NULL;
-        int r = with_stats ? tbm_tensor_stats_get(m, i, &st) : 0;
+        int r = with_stats ? tbm_views_tensor_stats(v, i, &st) : 0;
         if (r < 0)
             return r; /* a total short of a tensor is not served as the total */
+        s->pending += r;
         if (t->header_sound)
             s->total = add_sat(s->total, t->hdr.num_weights);
         size_t n = t->warnings.count + (st ? st->warnings.count : 0);
@@ -222,7 +229,7 @@ static int model_doc(const struct tbm_views *v, bool with_stats, char **out, siz
     struct json_object *o = json_object_new_object();
     char source[4096];
     struct sums s;
-    int r = o ? sum_tensors(m, with_stats, &s) : TBM_ERR_NOMEM;
+    int r = o ? sum_tensors(v, with_stats, &s) : TBM_ERR_NOMEM;
 
     if (r < 0) {
         json_object_put(o);
@@ -236,7 +243,10 @@ static int model_doc(const struct tbm_views *v, bool with_stats, char **out, siz
     json_object_object_add(o, "config", json_object_get(m->config));
     json_object_object_add(o, "tensor_count", json_object_new_uint64(m->ntensors));
     json_object_object_add(o, "total_weights", json_object_new_uint64(s.total));
-    json_object_object_add(o, "total_kept", json_object_new_uint64(with_stats ? s.kept : 0));
+    /* null while a tensor's kept elements are not known yet: its
+     * header.json's warnings say why, and the count below has them */
+    json_object_object_add(o, "total_kept",
+                           s.pending ? NULL : json_object_new_uint64(with_stats ? s.kept : 0));
     json_object_object_add(o, "tensors_with_problems", json_object_new_uint64(m->nproblem_tensors));
     json_object_object_add(o, "problems", problems_json(m));
     json_object_object_add(o, "warnings", json_object_new_uint64(s.warnings));
@@ -245,12 +255,12 @@ static int model_doc(const struct tbm_views *v, bool with_stats, char **out, siz
     if ((r = add_views_notes(v, o)) == 0)
         r = tbm_json_dump(o, out, len);
     json_object_put(o);
-    return r;
+    return r < 0 ? r : s.pending > 0;
 }
 
 /* What the statistics can add to model.json beyond its rendering without
- * them: total_kept, warnings and tensors_with_warnings grow from 0 to at
- * most 20 digits each. */
+ * them: total_kept (or null), warnings and tensors_with_warnings grow from
+ * 0 to at most 20 digits each. */
 #define MODEL_SLACK 64
 
 /* Counted when first asked rather than at mount (it says why

@@ -56,18 +56,21 @@ static void add_indented(struct tbm_buf *b, const char *s)
 }
 
 /* tensors.json one tensor at a time: no tree of a million objects. A
- * counting b only counts the bytes. */
+ * counting b only counts the bytes. 1 when some statistics were not known
+ * yet. */
 static int tensors_text(const struct tbm_views *v, bool with_stats, struct tbm_buf *b)
 {
     const int flags =
         JSON_C_TO_STRING_PRETTY | JSON_C_TO_STRING_SPACED | JSON_C_TO_STRING_NOSLASHESCAPE;
     size_t n = v->model->ntensors;
-    int r = 0;
+    int r = 0, pending = 0;
 
     tbm_buf_adds(b, n ? "[\n" : "[");
     for (size_t t = 0; t < n && r == 0; t++) {
         const struct tbm_tensor_stats *st = NULL;
-        r = with_stats ? tbm_tensor_stats_get(v->model, t, &st) : 0;
+        r = with_stats ? tbm_views_tensor_stats(v, t, &st) : 0;
+        pending |= r > 0;
+        r = r > 0 ? 0 : r;
         struct json_object *o = r < 0 ? NULL : tensor_json(&v->model->tensors[t], st);
         const char *text = o ? json_object_to_json_string_ext(o, flags) : NULL;
         if (r == 0)
@@ -80,19 +83,20 @@ static int tensors_text(const struct tbm_views *v, bool with_stats, struct tbm_b
         json_object_put(o);
     }
     tbm_buf_adds(b, "]\n");
-    return r;
+    return r < 0 ? r : pending;
 }
 
 static int tensors_doc(const struct tbm_views *v, bool with_stats, char **out, size_t *len)
 {
     struct tbm_buf b = TBM_BUF_INIT;
-    int r = tensors_text(v, with_stats, &b);
+    int pending = tensors_text(v, with_stats, &b);
 
-    if (r < 0) {
+    if (pending < 0) {
         tbm_buf_free(&b);
-        return r;
+        return pending;
     }
-    return tbm_buf_take(&b, out, len);
+    int r = tbm_buf_take(&b, out, len);
+    return r < 0 ? r : pending;
 }
 
 /* What the statistics can add per tensor: a density of at most 24

@@ -82,7 +82,7 @@ int tbm_lazy_doc_size(const struct tbm_views *v, tbm_doc_fn doc, uint64_t slack,
 
 int tbm_lazy_doc_render(const struct tbm_views *v, tbm_doc_fn doc, char **out, size_t *len)
 {
-    int r = tbm_model_compute_stats(v->model);
+    int r = v->opts.stats_nowait ? 0 : tbm_model_compute_stats(v->model);
 
     return r < 0 ? r : doc(v, true, out, len);
 }

@@ -3,7 +3,9 @@
  * per mount, when first opened, and every later open, and every open that
  * waited for that run, reads the same immutable bytes, held once however
  * many descriptors are open. A reader can thus neither make the daemon
- * compute a result twice nor multiply the memory it holds. */
+ * compute a result twice nor multiply the memory it holds. (A rendering
+ * that shows statistics not known yet is shared the same way until some
+ * of them are known, and rendered again then.) */
 #include "internal.h"
 
 #include <pthread.h>
@@ -23,7 +25,11 @@ struct entry {
     size_t t;
     bool running;
     struct tbm_result *result; /* NULL while running */
-    struct entry *next;        /* hash chain */
+    /* showing statistics not known yet (stats_nowait): rendered again once
+     * tbm_views_stats_gen differs from gen, as it was before the render */
+    bool provisional;
+    uint64_t gen;
+    struct entry *next; /* hash chain */
     struct entry *older, *newer;
 };
 
@@ -79,7 +85,7 @@ void tbm_result_put(struct tbm_result *r)
         free(r);
 }
 
-static struct tbm_result *take(struct tbm_result *r)
+struct tbm_result *tbm_result_take(struct tbm_result *r)
 {
     atomic_fetch_add(&r->refs, 1);
     return r;
@@ -151,6 +157,19 @@ static void push_lru(struct tbm_results *c, struct entry *e)
         c->oldest = e;
 }
 
+/* Removes e, rendered, from the cache (its hash chain, and the eviction
+ * order when it is there), dropping the cache's reference. */
+static void drop(struct tbm_results *c, struct entry *e)
+{
+    if (e->row->evictable) {
+        unlink_lru(c, e);
+        c->evictable_bytes -= e->result->len;
+    }
+    *find(c, e->row, e->t) = e->next;
+    tbm_result_put(e->result);
+    free(e);
+}
+
 /* Drops the cache's hold on the least recently opened results until the
  * evictable ones fit the budget. A result an open still reads is never
  * dropped: dropping it would free nothing, and the next open would render
@@ -163,13 +182,8 @@ static void evict(struct tbm_results *c)
 
     while (c->evictable_bytes > c->budget && e && e != c->newest) {
         struct entry *next = e->newer;
-        if (atomic_load(&e->result->refs) == 1) {
-            unlink_lru(c, e);
-            *find(c, e->row, e->t) = e->next;
-            c->evictable_bytes -= e->result->len;
-            tbm_result_put(e->result);
-            free(e);
-        }
+        if (atomic_load(&e->result->refs) == 1)
+            drop(c, e);
         e = next;
     }
 }
@@ -187,17 +201,25 @@ bool tbm_results_ready(const struct tbm_views *v, const struct tbm_row *row, siz
 
 /* The cached result of row for tensor t (*out, a reference taken), once
  * any render of it under way is done: 1. Else an entry marked running,
- * which the caller is to render and publish: 0 (TBM_ERR_NOMEM). */
-static int claim(struct tbm_results *c, const struct tbm_row *row, size_t t, struct entry **claimed,
-                 struct tbm_result **out)
+ * which the caller is to render and publish: 0 (TBM_ERR_NOMEM). A result
+ * that showed statistics not known yet is not handed out once some it
+ * shows are known: every open until then shares it, and the next renders
+ * what is known then (the opens that hold it keep it). */
+static int claim(const struct tbm_views *v, const struct tbm_row *row, size_t t,
+                 struct entry **claimed, struct tbm_result **out)
 {
+    struct tbm_results *c = v->results;
     struct entry *e;
 
     pthread_mutex_lock(&c->lock);
     while ((e = *find(c, row, t)) && e->running)
         pthread_cond_wait(&c->done, &c->lock);
+    if (e && e->provisional && tbm_views_stats_gen(v, row, t) != e->gen) {
+        drop(c, e);
+        e = NULL;
+    }
     if (e) {
-        *out = take(e->result);
+        *out = tbm_result_take(e->result);
         if (row->evictable) {
             unlink_lru(c, e);
             push_lru(c, e);
@@ -211,12 +233,13 @@ static int claim(struct tbm_results *c, const struct tbm_row *row, size_t t, str
     return !e ? TBM_ERR_NOMEM : *claimed ? 0 : 1;
 }
 
-/* Ends a claimed entry's render: res cached (one reference into *out), or
- * the entry dropped when the render failed (r < 0), so that a later open
- * tries again (a source read may succeed then, a stopping daemon's report
- * is not the report); whoever waited is woken either way. */
-static void publish(struct tbm_results *c, struct entry *e, int r, struct tbm_result *res,
-                    struct tbm_result **out)
+/* Ends a claimed entry's render: res cached (one reference into *out;
+ * provisional, of generation gen, when it showed statistics not known yet,
+ * r 1), or the entry dropped when the render failed (r < 0), so that a
+ * later open tries again (a source read may succeed then, a stopping
+ * daemon's report is not the report); whoever waited is woken either way. */
+static void publish(struct tbm_results *c, struct entry *e, int r, uint64_t gen,
+                    struct tbm_result *res, struct tbm_result **out)
 {
     pthread_mutex_lock(&c->lock);
     if (r < 0) {
@@ -225,7 +248,9 @@ static void publish(struct tbm_results *c, struct entry *e, int r, struct tbm_re
     } else {
         e->running = false;
         e->result = res;
-        *out = take(res);
+        e->provisional = r > 0;
+        e->gen = gen;
+        *out = tbm_result_take(res);
         if (e->row->evictable) {
             push_lru(c, e);
             c->evictable_bytes += res->len;
@@ -243,16 +268,18 @@ int tbm_results_get(const struct tbm_views *v, const struct tbm_row *row, size_t
     struct tbm_result *res = NULL;
     char *doc;
     size_t len;
-    int r = claim(v->results, row, t, &e, out);
+    int r = claim(v, row, t, &e, out);
 
     if (r != 0)
         return r < 0 ? r : 0;
+    /* before: statistics known while it renders make it stale, not lost */
+    uint64_t gen = tbm_views_stats_gen(v, row, t);
     r = tbm_row_render(v, row, t, &doc, &len);
-    if (r == 0) {
+    if (r >= 0) {
         res = tbm_result_new(doc, len);
         free(doc);
-        r = res ? 0 : TBM_ERR_NOMEM;
+        r = res ? r : TBM_ERR_NOMEM;
     }
-    publish(v->results, e, r, res, out);
-    return r;
+    publish(v->results, e, r, gen, res, out);
+    return r < 0 ? r : 0;
 }

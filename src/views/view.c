@@ -60,6 +60,7 @@ static const struct tbm_row table[] = {
         .size = tbm_model_json_size,
         .render = tbm_model_json_render,
         .padded = true,
+        .stats = TBM_ROW_STATS_ALL,
     },
     {
         .name = "selftest",
@@ -77,6 +78,7 @@ static const struct tbm_row table[] = {
         .size = tbm_tensors_json_size,
         .render = tbm_tensors_json_render,
         .padded = true,
+        .stats = TBM_ROW_STATS_ALL,
     },
     {
         .name = "model.safetensors",
@@ -114,6 +116,7 @@ static const struct tbm_row table[] = {
         .size = tbm_header_json_size,
         .render = tbm_header_json_render,
         .padded = true,
+        .stats = TBM_ROW_STATS_TENSOR,
         /* up to megabytes (a name or index entry may be that long): once
          * per mount, not per open descriptor, and dropped when the cache
          * is full */
@@ -188,7 +191,7 @@ int tbm_views_open(const struct tbm_model *model, const struct tbm_views_options
         goto out_err;
     /* before the rows: every GGUF file's layout holds the vocabulary */
     if (!(v->slots = calloc(ROWS, sizeof(*v->slots))) || (r = tbm_results_init(v)) < 0 ||
-        (r = tbm_selftests_init(v)) < 0 ||
+        (r = tbm_selftests_init(v)) < 0 || (r = tbm_views_pending_init(v)) < 0 ||
         (r = tbm_gguf_vocab_open(v->opts.tokenizer, model->config, &v->vocab)) < 0)
         goto out_err;
     for (size_t i = 0; i < ROWS; i++) {
@@ -213,6 +216,7 @@ void tbm_views_close(struct tbm_views *v)
         return;
     tbm_results_free(v);
     tbm_selftests_free(v);
+    tbm_views_pending_free(v);
     for (size_t i = 0; v->slots && i < ROWS; i++) {
         if (table[i].free && v->slots[i].state)
             table[i].free(v->slots[i].state);
@@ -349,6 +353,11 @@ bool tbm_row_rendered(const struct tbm_row *row)
     return row->bytes == TBM_BYTES_RENDERED;
 }
 
+enum tbm_row_stats tbm_row_stats(const struct tbm_row *row)
+{
+    return row->stats;
+}
+
 bool tbm_row_slow(const struct tbm_row *row)
 {
     return row->slow;
@@ -450,7 +459,8 @@ int tbm_row_render(const struct tbm_views *v, const struct tbm_row *row, size_t 
                    size_t *len)
 {
     uint64_t size;
-    int r = row->render(v, row, t, out, len);
+    int pending = row->render(v, row, t, out, len);
+    int r = pending;
 
     if (r < 0 || !row->padded)
         return r;
@@ -458,7 +468,8 @@ int tbm_row_render(const struct tbm_views *v, const struct tbm_row *row, size_t 
         free(*out);
         return r;
     }
-    return tbm_pad_lines(out, len, size);
+    r = tbm_pad_lines(out, len, size);
+    return r < 0 ? r : pending;
 }
 
 static int read_region(const struct tbm_tensor *tensor, const struct tbm_region *region, char *buf,
@@ -588,6 +599,7 @@ int tbm_file_read(struct tbm_file *f, uint64_t off, size_t len, char *buf, unsig
         size_t start = off < n ? (size_t)off : n;
         out->data = data + start;
         out->len = n - start < len ? n - start : len;
+        out->result = tbm_result_take(f->result);
         return 0;
     }
     r = span_of(f->v, f->row, f->t, off, len, &sp);
@@ -638,6 +650,8 @@ void tbm_reply_done(struct tbm_reply *reply)
 {
     if (reply->kind == TBM_REPLY_HELD)
         tbm_source_release(&reply->held);
+    tbm_result_put(reply->result);
+    reply->result = NULL;
 }
 
 int tbm_buffer_new(const char *data, size_t len, char *owned, void **state)

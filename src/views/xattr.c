@@ -25,7 +25,8 @@ static char *shape_text(const struct tbm_tensor *t)
 }
 
 /* Whether tensor i has attribute k: its value is known (the density needs
- * the statistics, computed here if they are not yet). */
+ * the statistics, computed here if they are not yet, unless stats_nowait:
+ * absent until they are, as null in the JSON files). */
 static bool present(const struct tbm_views *v, size_t i, int k)
 {
     const struct tbm_tensor *t = &v->model->tensors[i];
@@ -41,8 +42,7 @@ static bool present(const struct tbm_views *v, size_t i, int k)
     case ATTR_NM:
         return t->header_read;
     default:
-        st = tbm_tensor_stats(v->model, i);
-        return st && st->known;
+        return tbm_views_tensor_stats(v, i, &st) >= 0 && st->known;
     }
 }
 
@@ -50,6 +50,7 @@ static bool present(const struct tbm_views *v, size_t i, int k)
 static char *value(const struct tbm_views *v, size_t i, int k, size_t *len)
 {
     const struct tbm_tensor *t = &v->model->tensors[i];
+    const struct tbm_tensor_stats *st;
     char *s = NULL;
     int n = 0;
 
@@ -75,13 +76,21 @@ static char *value(const struct tbm_views *v, size_t i, int k, size_t *len)
         }
         break;
     default:
-        n = asprintf(&s, "%.17g", tbm_tensor_density(t, tbm_tensor_stats(v->model, i)));
+        /* present: known, and kept for the mount */
+        tbm_views_tensor_stats(v, i, &st);
+        n = asprintf(&s, "%.17g", tbm_tensor_density(t, st));
         break;
     }
     if (n < 0)
         return NULL;
     *len = (size_t)n;
     return s;
+}
+
+bool tbm_xattr_asks_stats(const char *name)
+{
+    return name && strncmp(name, PREFIX, sizeof(PREFIX) - 1) == 0 &&
+           strcmp(name + sizeof(PREFIX) - 1, names[ATTR_DENSITY]) == 0;
 }
 
 size_t tbm_xattr_list(const struct tbm_views *v, size_t t, char *buf, size_t size)

@@ -27,7 +27,8 @@ WAITER, VICTIM = 65534, 65533
 
 # Run as a user: "wait PATH N" reads 1 MiB with O_DIRECT at each of N offsets of PATH, one
 # thread each, all at once; "time PATH..." reads each PATH whole with O_DIRECT in turn and
-# prints one JSON line of their seconds.
+# prints one JSON line of their seconds; "known PATH" reads the header.json PATH until its
+# statistics are known and prints the seconds that took, as a JSON list.
 CHILD = r"""
 import json, mmap, os, sys, threading, time
 def direct(path, off, n):
@@ -38,6 +39,12 @@ def direct(path, off, n):
     finally:
         buf.close()
         os.close(fd)
+if sys.argv[1] == "known":
+    t0 = time.monotonic()
+    while json.load(open(sys.argv[2]))["kept"] is None:
+        time.sleep(0.02)
+    print(json.dumps([time.monotonic() - t0]))
+    sys.exit(0)
 if sys.argv[1] == "wait":
     def one(k):
         try:
@@ -293,12 +300,23 @@ def failed_transfer(suite, model_bytes, model_path):
                 names = sorted(os.listdir(m.p("tensors")),
                                key=lambda d: -os.stat(m.p("tensors", d, "raw.tb")).st_size)
                 big = names[0]
+                seen = len(server.seen)
                 server.fail = 503  # down for a moment
-                eq(errno_name(m.p("tensors", big, "header.json")), "EIO",
-                   "header.json while the server is down")
-                eq(errno_name(m.p("model.json")), "EIO", "model.json while the server is down")
-                server.fail = None
+                # nothing waits for the statistics: null, and why
                 got = harness.read_json(m.p("tensors", big, "header.json"))
+                eq(got["kept"], None, "header.json's kept while the server is down")
+                check(any("not known yet" in w for w in got["warnings"]),
+                      "header.json's warnings: %r" % got["warnings"])
+                eq(harness.read_json(m.p("model.json"))["total_kept"], None,
+                   "model.json's total_kept while the server is down")
+                # the transfer for them fails: its 3 tries refused, then a moment to give up
+                deadline = time.monotonic() + 30
+                while len(server.seen) < seen + 3:
+                    check(time.monotonic() < deadline, "no transfer tried for the statistics")
+                    time.sleep(0.1)
+                time.sleep(1)
+                server.fail = None
+                got = known_header(m, big)
                 want = harness.read_json(local.p("tensors", big, "header.json"))
                 for k in ("kept", "density", "warnings"):
                     eq(got.get(k), want.get(k), "header.json's %s once the server is back" % k)
@@ -312,19 +330,36 @@ def failed_transfer(suite, model_bytes, model_path):
     suite.case("a failed transfer is not a change: the statistics are computed again", go, 90)
 
 
-def fairness(suite):
+def small_and_big(suite):
+    """A container of a 64x64 tensor "small" and a 4096x4096 fp32 "big" (a raw.tb over 31 MiB),
+    both 2:4: its bytes and each tensor's expectation by name."""
+    gen = harness.load_gen()
+    path = os.path.join(suite.tmp, "fair.tbm")
+    big = gen.make_tensor("big", [4096, 4096], "fp32", (2, 4), 7)
+    small = gen.make_tensor("small", [64, 64], "fp32", (2, 4), 8)
+    _, expects = models.write_container(gen, path, [small, big])
+    with open(path, "rb") as f:
+        return f.read(), {e.name: e for e in expects}
+
+
+def known_header(m, d, within=30):
+    """Tensor d's header.json once its statistics are known (they are computed on the
+    daemon's own threads, asked by the first read that shows them)."""
+    deadline = time.monotonic() + within
+    while True:
+        h = harness.read_json(m.p("tensors", d, "header.json"))
+        if h["kept"] is not None:
+            return h
+        check(time.monotonic() < deadline, "%s's statistics not known after %d s" % (d, within))
+        time.sleep(0.1)
+
+
+def fairness(suite, data):
     """One user's 30 O_DIRECT reads of blocks not cached, on a trickling server, and another
     user's O_DIRECT reads of index.json, of a header.json whose statistics are known and of a
     raw.tb whose blocks are cached: each under 0.2 s. The kernel's default of 12 background
     requests a connection, held by the parked reads, made them wait for the deadline."""
-    gen = harness.load_gen()
     os.chmod(suite.tmp, 0o755)
-    path = os.path.join(suite.tmp, "fair.tbm")
-    big = gen.make_tensor("big", [4096, 4096], "fp32", (2, 4), 7)
-    small = gen.make_tensor("small", [64, 64], "fp32", (2, 4), 8)
-    models.write_container(gen, path, [small, big])
-    with open(path, "rb") as f:
-        data = f.read()
 
     def go():
         with httpserve.Hostile(data) as server:
@@ -333,6 +368,7 @@ def fairness(suite):
             try:
                 mine = [m.p("index.json"), m.p("tensors", "small", "header.json"),
                         m.p("tensors", "small", "raw.tb")]
+                known_header(m, "small")
                 for p in mine:  # statistics known, blocks cached
                     read_direct(p)
                 raw = m.p("tensors", "big", "raw.tb")
@@ -367,12 +403,151 @@ def fairness(suite):
                "header.json and cached raw.tb under 0.2 s", go, 90)
 
 
+def no_wait_for_statistics(suite, data, expects):
+    """model.json, tensors.json, a header.json and user.tbm.density need no transfer: on a
+    server that trickles every byte, each answers in under 1 s, what needs the statistics null
+    (absent for the attribute) and a warning saying why; once the server answers again, the
+    statistics come, computed on the daemon's own threads. They waited for every tensor's
+    statistics: model.json gave EIO after the transfer deadline."""
+    def ask(m):
+        """Each file's answer, or OSError, and its seconds, in order, on a thread of its own:
+        an answer that does not come within 10 s is missing."""
+        big = m.p("tensors", "big")
+        asks = [("model.json", lambda: harness.read_json(m.p("model.json"))),
+                ("tensors.json", lambda: harness.read_json(m.p("tensors.json"))),
+                ("header.json", lambda: harness.read_json(os.path.join(big, "header.json"))),
+                ("listxattr", lambda: os.listxattr(big)),
+                ("user.tbm.density", lambda: os.getxattr(big, "user.tbm.density"))]
+        got = {}
+
+        def run():
+            for name, fn in asks:
+                t0 = time.monotonic()
+                try:
+                    v = fn()
+                except OSError as e:
+                    v = e
+                got[name] = (v, time.monotonic() - t0)
+
+        th = threading.Thread(target=run, daemon=True)
+        th.start()
+        th.join(10)
+        print("# while transfers trickle: " + ", ".join(
+            "%s %.3f s" % (k, got[k][1]) for k, _ in asks if k in got), flush=True)
+        for name, _ in asks:
+            check(name in got, "%s: no answer within 10 s while transfers trickle" % name)
+            check(got[name][1] < 1, "%s took %.1f s while transfers trickle" % (
+                name, got[name][1]))
+        return {k: v for k, (v, _) in got.items()}
+
+    def go():
+        with httpserve.Hostile(data) as server:
+            m = start(suite, server.url("m.tbm"), {}, ["-o", "http_timeout=2"])
+            try:
+                # what ls -l asks of every file has nothing computed
+                seen = len(server.seen)
+                os.listxattr(m.p("tensors", "big"))
+                for name in ("system.posix_acl_access", "security.selinux", "user.tbm.name"):
+                    try:
+                        os.getxattr(m.p("tensors", "big"), name)
+                    except OSError:
+                        pass
+                time.sleep(0.5)
+                eq(server.seen[seen:], [], "requests made for other attributes")
+                server.trickle, server.trickle_before = 0.5, len(data)
+                got = ask(m)
+                model, tensors, header = got["model.json"], got["tensors.json"], got["header.json"]
+                for name in ("model.json", "tensors.json", "header.json"):
+                    check(not isinstance(got[name], OSError), "%s: %s" % (name, got[name]))
+                eq(model["total_kept"], None, "model.json's total_kept")
+                # big's warning counted (small's statistics may be known by now or not: its
+                # bytes came with the headers)
+                check(model["warnings"] >= 1, "model.json's warnings: %r" % model["warnings"])
+                for k in ("kept", "density", "groups_over_n", "mask_conflicts"):
+                    eq(header[k], None, "header.json's %s" % k)
+                why = [w for w in header["warnings"] if "not known yet" in w]
+                eq(len(why), 1, "header.json's warning saying why: %r" % header["warnings"])
+                row = {t["dir"]: t for t in tensors}["big"]
+                eq(row["density"], None, "tensors.json's density")
+                eq(row["warnings"], len(header["warnings"]), "tensors.json's warnings count")
+                check("user.tbm.density" not in got["listxattr"],
+                      "listxattr: %r" % got["listxattr"])
+                check(isinstance(got["user.tbm.density"], OSError) and
+                      got["user.tbm.density"].errno == errno.ENODATA,
+                      "user.tbm.density: %r" % got["user.tbm.density"])
+                check(m.alive(), "the daemon died")
+                # the server answers again: the parked transfers fail at once, the next asks
+                # have the statistics computed
+                server.trickle = None
+                server.done.set()
+                for d, e in expects.items():
+                    h = known_header(m, d)
+                    eq((h["kept"], h["density"]), tuple(e.stats[:2]), "%s's kept, density" % d)
+                    check(not any("not known yet" in w for w in h["warnings"]),
+                          "%s still says: %r" % (d, h["warnings"]))
+                eq(float(os.getxattr(m.p("tensors", "big"), "user.tbm.density")),
+                   expects["big"].stats[1], "user.tbm.density once known")
+                eq(harness.read_json(m.p("model.json"))["total_kept"],
+                   sum(e.stats[0] for e in expects.values()), "model.json's total_kept")
+            finally:
+                server.done.set()
+                err = finish(m)
+        check("changed" not in err, "a change blamed: %r" % err[-300:])
+
+    suite.case("statistics: model.json, tensors.json, header.json and user.tbm.density answer "
+               "at once on a trickle, null and why, then the values", go, 90)
+
+
+def statistics_fairness(suite):
+    """One user has the statistics of four tensors asked (their header.json, model.json) on a
+    trickling server; another user's header.json of a tensor whose bytes are cached gets its
+    statistics in under 1 s: the statistics' threads are several, and one user's work holds
+    one of them at most. Behind the one thread, it waited for the deadline."""
+    gen = harness.load_gen()
+    os.chmod(suite.tmp, 0o755)
+    path = os.path.join(suite.tmp, "four.tbm")
+    bigs = [gen.make_tensor("big%d" % k, [1024, 1024], "fp32", (2, 4), 20 + k) for k in range(4)]
+    small = gen.make_tensor("small", [64, 64], "fp32", (2, 4), 30)
+    _, expects = models.write_container(gen, path, bigs + [small])
+    with open(path, "rb") as f:
+        data = f.read()
+    # the cache's block holding small's blob (1 MiB blocks), and every block after, at full
+    # speed: the mount has read them already for the headers and the index
+    fast_from = expects[-1].off >> 20 << 20
+    check(fast_from >= 4 << 20, "small's block is one of big3's only")
+
+    def go():
+        with httpserve.Hostile(data) as server:
+            m = start(suite, server.url("m.tbm"), {}, ["-o", "allow_other"])
+            try:
+                server.trickle, server.trickle_before = 0.5, fast_from
+                asks = [m.p("tensors", "big%d" % k, "header.json") for k in range(4)]
+                waiter = as_user(WAITER, ["time"] + asks + [m.p("model.json")])
+                out, err = waiter.communicate(timeout=harness.CMD_TIMEOUT)
+                eq(waiter.returncode, 0, "the first user's asks (%s)" % err.strip()[-300:])
+                time.sleep(0.5)  # its computations started, and wait on the trickle
+                victim = as_user(VICTIM, ["known", m.p("tensors", "small", "header.json")])
+                out, err = victim.communicate(timeout=harness.CMD_TIMEOUT)
+                eq(victim.returncode, 0, "the other user's header.json (%s)" % err.strip()[-300:])
+                secs = json.loads(out)[0]
+                print("# small's statistics for another user in %.3f s" % secs, flush=True)
+                check(secs < 1, "small's statistics took %.3f s" % secs)
+            finally:
+                server.done.set()
+                finish(m)
+
+    suite.case("statistics: one user's four on a trickle, another's computed within 1 s", go, 90)
+
+
 def main(suite):
     model = os.path.join(suite.tmp, "model.tbm")
     subprocess.run(["/usr/bin/python3", harness.GEN, "llama", model], check=True, timeout=120)
     with open(model, "rb") as f:
         data = f.read()
-    fairness(suite)
+    fair, expects = small_and_big(suite)
+    no_wait_for_statistics(suite, fair, expects)
+    fairness(suite, fair)
+    statistics_fairness(suite)
     secrets(suite, data)
     redirects(suite, data)
     private_ca(suite, model)

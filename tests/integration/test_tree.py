@@ -8,6 +8,7 @@ import json
 import os
 import stat
 import subprocess
+import time
 
 import harness
 import models
@@ -32,8 +33,14 @@ def check_views(m, e):
         eq(os.stat(p).st_size, len(want), fname + " st_size")
 
 
-def check_header(m, e, kind):
+def check_header(m, e, kind, remote=False):
     hj = read_json(m.p("tensors", e.dir, "header.json"))
+    # a remote source's statistics are not waited for: null and why until they are known
+    deadline = time.monotonic() + 30
+    while remote and any("not known yet" in w for w in hj["warnings"]):
+        check(time.monotonic() < deadline, "statistics not known after 30 s")
+        time.sleep(0.05)
+        hj = read_json(m.p("tensors", e.dir, "header.json"))
     h = e.h
     want = {
         "name": e.name, "dir": e.dir.decode("utf-8"), "shape": e.shape,
@@ -155,7 +162,8 @@ def check_source(suite, kind, source, expects, index_check, mtime, arch=None, co
             suite.case("%s: %s: raw.tb weights.bin mask.bin" % (kind, shown(e.dir)),
                        lambda e=e: check_views(m, e))
             suite.case("%s: %s: header.json" % (kind, shown(e.dir)),
-                       lambda e=e: check_header(m, e, kind))
+                       lambda e=e: check_header(m, e, kind,
+                                                isinstance(source, str) and "://" in source))
         suite.case("%s: model.json" % kind,
                    lambda: check_model_json(m, expects, kind, source, arch, config))
 

@@ -674,6 +674,105 @@ static void request_reads(void **state)
     tbm_model_close(m);
 }
 
+/* row name's file of tensor t, whole, as one open reads it (a rendered row:
+ * its content is taken at open); its size in stat is *size. */
+static char *render_named(const struct tbm_views *v, enum tbm_row_place place, const char *name,
+                          size_t t, uint64_t *size)
+{
+    const struct tbm_row *row = tbm_row_find(place, name);
+    struct tbm_file *f;
+    struct tbm_reply reply;
+
+    assert_non_null(row);
+    assert_int_equal(tbm_row_size(v, row, t, size), 0);
+    assert_int_equal(tbm_file_open(v, row, t, &f), 0);
+    assert_int_equal(tbm_file_read(f, 0, *size + 1, NULL, 0, &reply), 0);
+    assert_int_equal(reply.kind, TBM_REPLY_BYTES);
+    assert_int_equal(reply.len, *size);
+    char *text = strndup(reply.data, reply.len);
+    tbm_reply_done(&reply);
+    tbm_file_close(f);
+    return text;
+}
+
+/* stats_nowait (a remote mount's): the files that show statistics never
+ * compute them; those not known are null, with the warning that says why,
+ * until a step computes them, and the next open shows them, at the same
+ * size. */
+static void stats_not_waited(void **state)
+{
+    struct tbm_views_options opts = {.stats_nowait = true};
+    struct tbm_open_options oopts = {.isa = TBM_ISA_SCALAR};
+    struct tbm_model *m = NULL;
+    struct tbm_views *v = NULL;
+    char path[128], err[512], names[256];
+    uint64_t size, again;
+    size_t t = 0;
+
+    (void)state;
+    write_small();
+    snprintf(path, sizeof(path), "%s/m.tbm", dir);
+    assert_int_equal(tbm_model_open(path, &oopts, &m, err, sizeof(err)), 0);
+    assert_int_equal(tbm_views_open(m, &opts, &v), 0);
+    assert_true(tbm_views_stats_nowait(v));
+    /* tensor 0 is 2:4 (its statistics read it), 2 dense (known from its header) */
+    assert_false(tbm_views_stats_ready(v, 0));
+    assert_true(tbm_views_stats_ready(v, 2));
+    char *hdr = render_named(v, TBM_ROW_TENSOR, "header.json", 0, &size);
+    assert_non_null(strstr(hdr, "\"kept\": null"));
+    assert_non_null(strstr(hdr, "statistics not known yet"));
+    char *model = render_named(v, TBM_ROW_ROOT, "model.json", 0, &again);
+    assert_non_null(strstr(model, "\"total_kept\": null"));
+    size_t len = tbm_xattr_list(v, 0, names, sizeof(names));
+    assert_null(memmem(names, len, "user.tbm.density", 16));
+    assert_false(tbm_views_stats_ready(v, 0)); /* none of them computed it */
+    free(hdr);
+    free(model);
+    /* until they are known, every open shares one rendering */
+    const struct tbm_row *hrow = tbm_row_find(TBM_ROW_TENSOR, "header.json");
+    struct tbm_file *f1, *f2;
+    struct tbm_reply r1, r2;
+    assert_int_equal(tbm_file_open(v, hrow, 0, &f1), 0);
+    assert_int_equal(tbm_file_open(v, hrow, 0, &f2), 0);
+    assert_int_equal(tbm_file_read(f1, 0, size, NULL, 0, &r1), 0);
+    assert_int_equal(tbm_file_read(f2, 0, size, NULL, 0, &r2), 0);
+    assert_ptr_equal(r1.data, r2.data);
+    tbm_reply_done(&r2);
+    tbm_file_close(f2);
+    /* asked once, whoever asks, until computed */
+    assert_true(tbm_views_stats_ask(v, 0));
+    assert_false(tbm_views_stats_ask(v, 0));
+    assert_int_equal(tbm_views_stats_step(v, 0, &t), 0);
+    assert_true(tbm_views_stats_ready(v, 0));
+    assert_false(tbm_views_stats_ask(v, 0));
+    hdr = render_named(v, TBM_ROW_TENSOR, "header.json", 0, &again);
+    assert_int_equal(again, size);
+    assert_null(strstr(hdr, "\"kept\": null"));
+    assert_null(strstr(hdr, "not known yet"));
+    len = tbm_xattr_list(v, 0, names, sizeof(names));
+    assert_non_null(memmem(names, len, "user.tbm.density", 16));
+    /* an open from before keeps what it read, its reply even past a close */
+    tbm_file_close(f1);
+    assert_non_null(memmem(r1.data, r1.len, "not known yet", 13));
+    tbm_reply_done(&r1);
+    free(hdr);
+    /* every tensor's, a tensor a step */
+    assert_true(tbm_views_stats_ask(v, -1));
+    assert_false(tbm_views_stats_ask(v, -1));
+    t = 0;
+    int steps = 0, r;
+    while ((r = tbm_views_stats_step(v, -1, &t)) > 0)
+        steps++;
+    assert_int_equal(r, 0);
+    assert_int_equal(steps, 1); /* tensor 1: 0 was known, 2 to 4 need no read */
+    assert_false(tbm_views_stats_ask(v, -1));
+    model = render_named(v, TBM_ROW_ROOT, "model.json", 0, &again);
+    assert_null(strstr(model, "\"total_kept\": null"));
+    free(model);
+    tbm_views_close(v);
+    tbm_model_close(m);
+}
+
 /* The table's lookups agree with its listing, and names are unique. */
 static void table_lookups(void **state)
 {
@@ -697,6 +796,7 @@ int main(void)
         cmocka_unit_test(small_rows),
         cmocka_unit_test(llama_rows),
         cmocka_unit_test(request_reads),
+        cmocka_unit_test(stats_not_waited),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
