@@ -333,10 +333,13 @@ class Suite:
 
         timer = threading.Timer(timeout, expire)
         timer.start()
+        began = time.monotonic()
         try:
             fn()
             self.passed += 1
-            print("ok   %s" % name, flush=True)
+            took = time.monotonic() - began
+            # The slow cases, named in every run: what keeps the suite's time in view.
+            print("ok   %s%s" % (name, " (%.1fs)" % took if took >= 1 else ""), flush=True)
         except Skip as e:
             self.skipped += 1
             print("skip %s: %s" % (name, e), flush=True)
