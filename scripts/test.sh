@@ -55,7 +55,18 @@ fi
 ninja -C build-asan || exit 1
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 suite build-asan "$@" || exit 1
 
-scripts/fuzz.sh "${TBMFS_FUZZ_SECONDS:-60}" || exit 1
-FUZZ_TARGET=fuzz_split scripts/fuzz.sh "${TBMFS_FUZZ_SECONDS:-60}" || exit 1
-FUZZ_TARGET=fuzz_views scripts/fuzz.sh "${TBMFS_FUZZ_SECONDS:-60}" || exit 1
-FUZZ_TARGET=fuzz_reply scripts/fuzz.sh "${TBMFS_FUZZ_SECONDS:-60}" || exit 1
+# The fuzz targets are built one after another, then run two at a time, each
+# for the whole bound: a libFuzzer run keeps one core busy.
+fuzz_seconds=${TBMFS_FUZZ_SECONDS:-60}
+for target in fuzz_source fuzz_split fuzz_views fuzz_reply; do
+    FUZZ_ONLY=build FUZZ_TARGET=$target scripts/fuzz.sh || exit 1
+done
+fuzz_two() {
+    FUZZ_ONLY=run FUZZ_TARGET=$1 scripts/fuzz.sh "$fuzz_seconds" &
+    local first=$!
+    FUZZ_ONLY=run FUZZ_TARGET=$2 scripts/fuzz.sh "$fuzz_seconds"
+    local second=$?
+    wait $first && [ $second -eq 0 ]
+}
+fuzz_two fuzz_source fuzz_split || exit 1
+fuzz_two fuzz_views fuzz_reply || exit 1
