@@ -16,7 +16,9 @@
 # FUZZ_BUILD names the
 # build directory (default build-fuzz). FUZZ_CORPUS names a directory that
 # keeps the grown corpus across runs (default: a temporary copy, removed at
-# the end).
+# the end). FUZZ_ONLY=build configures and builds the target and runs nothing;
+# FUZZ_ONLY=run runs the target built before without touching the build (so
+# that several targets can run at once, as scripts/test.sh runs them).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -35,13 +37,25 @@ fuzz_reply) seeds_dir=tests/fuzz/reply_corpus regressions=tests/fuzz/reply_regre
     ;;
 esac
 
+only=${FUZZ_ONLY:-}
+case "$only" in
+'' | build | run) ;;
+*)
+    echo "fuzz: FUZZ_ONLY=$only: not build or run" >&2
+    exit 2
+    ;;
+esac
+
 # fuzzer-no-link gives every target, the library included, the coverage
 # instrumentation libFuzzer steers by; UBSan findings abort instead of going on.
-if [ ! -f "$build/build.ninja" ]; then
-    CC=clang meson setup "$build" -Dfuzz=true -Db_sanitize=address,undefined -Db_lundef=false \
-        -Dc_args='-fsanitize=fuzzer-no-link -fno-sanitize-recover=all'
+if [ "$only" != run ]; then
+    if [ ! -f "$build/build.ninja" ]; then
+        CC=clang meson setup "$build" -Dfuzz=true -Db_sanitize=address,undefined -Db_lundef=false \
+            -Dc_args='-fsanitize=fuzzer-no-link -fno-sanitize-recover=all'
+    fi
+    ninja -C "$build" "tests/fuzz/$target"
 fi
-ninja -C "$build" "tests/fuzz/$target"
+[ "$only" = build ] && exit 0
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/tbm-fuzz-run.XXXXXX")
 trap 'rm -rf "$work"' EXIT

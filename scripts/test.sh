@@ -35,27 +35,53 @@ PY
     return $status
 }
 
+# Each step's wall time, printed as it ends: what keeps the whole run's time in view.
+mark=$SECONDS
+took() {
+    echo "test.sh: $1: $((SECONDS - mark)) s (total $SECONDS s)"
+    mark=$SECONDS
+}
+
 scripts/install-deps.sh || exit 1
+took "dependencies"
 # Warnings are errors here, though not in the default options: packagers
 # build with flags of their own.
 [ -d build ] || meson setup build -Dwerror=true || exit 1
 meson configure build -Dwerror=true || exit 1
 ninja -C build || exit 1
+took "build"
 suite build "$@" || exit 1
+took "suite"
 [ $quick -eq 1 ] && exit 0
 
 # What a packager builds: the release configuration must build cleanly too.
 [ -d build-release ] || meson setup build-release --buildtype=release -Dwerror=true || exit 1
 ninja -C build-release || exit 1
+took "release build"
 
 if [ ! -d build-asan ]; then
     meson setup build-asan -Db_sanitize=address,undefined -Dwerror=true \
         -Dc_args=-fno-sanitize-recover=all || exit 1
 fi
 ninja -C build-asan || exit 1
+took "ASan+UBSan build"
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 suite build-asan "$@" || exit 1
+took "ASan+UBSan suite"
 
-scripts/fuzz.sh "${TBMFS_FUZZ_SECONDS:-60}" || exit 1
-FUZZ_TARGET=fuzz_split scripts/fuzz.sh "${TBMFS_FUZZ_SECONDS:-60}" || exit 1
-FUZZ_TARGET=fuzz_views scripts/fuzz.sh "${TBMFS_FUZZ_SECONDS:-60}" || exit 1
-FUZZ_TARGET=fuzz_reply scripts/fuzz.sh "${TBMFS_FUZZ_SECONDS:-60}" || exit 1
+# The fuzz targets are built one after another, then run two at a time, each
+# for the whole bound: a libFuzzer run keeps one core busy.
+fuzz_seconds=${TBMFS_FUZZ_SECONDS:-60}
+for target in fuzz_source fuzz_split fuzz_views fuzz_reply; do
+    FUZZ_ONLY=build FUZZ_TARGET=$target scripts/fuzz.sh || exit 1
+done
+took "fuzz build"
+fuzz_two() {
+    FUZZ_ONLY=run FUZZ_TARGET=$1 scripts/fuzz.sh "$fuzz_seconds" &
+    local first=$!
+    FUZZ_ONLY=run FUZZ_TARGET=$2 scripts/fuzz.sh "$fuzz_seconds"
+    local second=$?
+    wait $first && [ $second -eq 0 ]
+}
+fuzz_two fuzz_source fuzz_split || exit 1
+fuzz_two fuzz_views fuzz_reply || exit 1
+took "fuzzing, ${fuzz_seconds} s per target"

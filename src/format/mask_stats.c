@@ -121,8 +121,11 @@ static int compute(const struct tbm_model *m, const struct tbm_tensor *t, struct
         }
         return 0;
     }
-    buf.weights = malloc(COUNT_CHUNK * 8);
-    buf.mask = malloc(COUNT_CHUNK + 8);
+    /* no bigger than the tensor: a model of many small tensors would otherwise take (and,
+     * under MALLOC_PERTURB_, fill) 2 MiB per tensor */
+    size_t cap = t->hdr.num_weights < COUNT_CHUNK ? (size_t)t->hdr.num_weights : COUNT_CHUNK;
+    buf.weights = malloc(cap * 8 + 8);
+    buf.mask = malloc(cap + 8);
     if (!buf.weights || !buf.mask) {
         r = TBM_ERR_NOMEM;
         goto out;

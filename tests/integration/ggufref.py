@@ -206,7 +206,7 @@ def write(expects, config, name, q8, arch="llama", vocab=None):
     kvs += [_kv("tbmfs.omitted", 9, struct.pack("<IQ", 8, len(omitted))
                 + b"".join(_kv_str(n) for n in omitted))]
     head = b"GGUF" + struct.pack("<IQQ", 3, len(taken), len(kvs)) + b"".join(kvs)
-    data = b""
+    data = bytearray()  # appended to in place: bytes would be copied whole each time
     for t in taken:
         blob, ttype = (t.q8, t.q8_type) if q8 else (t.native, t.native_type)
         ne = t.ne()

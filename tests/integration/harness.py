@@ -227,11 +227,13 @@ class Mount:
         self.rc = p.returncode
         self.out = p.stdout.decode("utf-8", "replace")
         self.err = p.stderr.decode("utf-8", "replace")
-        self.pid = self.find_daemon()
+        # another live mount on the same point (one stacked on it) is not this one's daemon
+        self.pid = self.find_daemon(skip={x.pid for x in self.suite.mounts if x is not self})
         return self.rc
 
-    def find_daemon(self):
-        """Pid of the backgrounded daemon serving this mount point (started by this test)."""
+    def find_daemon(self, skip=()):
+        """Pid of the backgrounded daemon serving this mount point (started by this test), other
+        than those in skip."""
         for entry in os.listdir("/proc"):
             if not entry.isdigit():
                 continue
@@ -241,7 +243,7 @@ class Mount:
             except OSError:
                 continue
             if (argv and os.path.basename(argv[0]) == b"tbmfs" and self.path.encode() in argv
-                    and int(entry) != os.getpid()):
+                    and int(entry) != os.getpid() and int(entry) not in skip):
                 return int(entry)
         return None
 
@@ -333,10 +335,13 @@ class Suite:
 
         timer = threading.Timer(timeout, expire)
         timer.start()
+        began = time.monotonic()
         try:
             fn()
             self.passed += 1
-            print("ok   %s" % name, flush=True)
+            took = time.monotonic() - began
+            # The slow cases, named in every run: what keeps the suite's time in view.
+            print("ok   %s%s" % (name, " (%.1fs)" % took if took >= 1 else ""), flush=True)
         except Skip as e:
             self.skipped += 1
             print("skip %s: %s" % (name, e), flush=True)

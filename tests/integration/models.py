@@ -115,9 +115,10 @@ def header_of(data, off=0):
     return dict(zip(names, struct.unpack_from("<IIIIQQQQB", data, off)))
 
 
-def expects_from_tbm(path):
+def expects_from_tbm(path, first=None):
     """The expectation of every tensor of a container file, parsed from its bytes alone (for
-    models written by the generator's CLI)."""
+    models written by the generator's CLI); of the first `first` only when given (a model of
+    many tensors: each Expect computes its views)."""
     with open(path, "rb") as f:
         data = f.read()
     (n,) = struct.unpack_from("<I", data, len(data) - 4)
@@ -125,7 +126,7 @@ def expects_from_tbm(path):
     entries = json.loads(data[start: len(data) - 4])["tensors"]
     dirs = dir_names([e["name"] for e in entries])
     return [Expect(e["name"], d, e.get("shape"), header_of(data, e["offset"]), data, e["offset"],
-                   start, e) for e, d in zip(entries, dirs)]
+                   start, e) for e, d in list(zip(entries, dirs))[:first]]
 
 
 def cli_llama(tmp, name="llama.tbm", *args):

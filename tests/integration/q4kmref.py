@@ -140,7 +140,7 @@ def rebuild(g, types, program, level):
     kvs += [s("general.quantization_version") + struct.pack("<II", 4, 2),
             s("general.file_type") + struct.pack("<II", 4, llamaquant.Q4_K_M)]
     head = b"GGUF" + struct.pack("<IQQ", 3, len(tensors), len(kvs)) + b"".join(kvs)
-    body = b""
+    body = bytearray()  # appended to in place: bytes would be copied whole each time
     for t in tensors:
         nd = n_dims(t["ne"])
         head += s(t["name"]) + struct.pack("<I%dQ" % nd, nd, *t["ne"][:nd])
