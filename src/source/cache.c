@@ -5,12 +5,15 @@
 #include "cache.h"
 
 #include <assert.h>
+#include <inttypes.h>
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <time.h>
+
+#include "tbm/log.h"
 
 /* Blocks fetched ahead of a sequential reader, at most: 8 MiB in flight keeps
  * several connections busy while the reader copies the block it has. */
@@ -30,6 +33,7 @@ struct slot {
     bool used;           /* a reader asked for it, so the next block is a sequential read */
     bool demand;         /* queued for a reader rather than ahead of one */
     int err;             /* FAILED: the fetch's status, for its waiting readers */
+    uint64_t fail_until; /* failed or given up on: every read fails at once until then (ms) */
     unsigned char *data; /* TBM_CACHE_BLOCK bytes of the cache's mapping */
     size_t len;
     struct slot *hnext;
@@ -179,13 +183,58 @@ static struct slot *take_slot(struct tbm_cache *c, bool spare)
     }
     for (struct link *l = c->lru.prev; l != &c->lru; l = l->prev) {
         struct slot *s = slot_of(l);
-        if (s->refs == 0 && (!spare || s->used)) {
+        if (s->refs == 0 && (!spare || s->used || s->state == SLOT_FAILED)) {
             unhash(c, s);
             list_del(&s->link);
             return s;
         }
     }
     return NULL;
+}
+
+static uint64_t now_ms(void)
+{
+    struct timespec t;
+
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (uint64_t)t.tv_sec * 1000 + (uint64_t)t.tv_nsec / 1000000;
+}
+
+/* Whether a read of s fails at once with s->err: its transfer failed, or a
+ * reader gave up on it, less than f.fail_memory_ms ago. */
+static bool failed_lately(const struct slot *s)
+{
+    return s->state != SLOT_READY && s->fail_until && now_ms() < s->fail_until;
+}
+
+/* A failed slot nobody holds: kept at the cold end of the LRU list (the
+ * first taken) while its failure is remembered, else let go. */
+static void settle_failed(struct tbm_cache *c, struct slot *s)
+{
+    if (c->stale || !failed_lately(s)) {
+        release(c, s);
+        return;
+    }
+    list_append(&c->lru, &s->link);
+    if (c->slot_waiters)
+        pthread_cond_broadcast(&c->done);
+}
+
+/* A reader waited the whole wait_limit for s: the reads that come while it
+ * is remembered fail at once, and one line says so. */
+static void gave_up(struct tbm_cache *c, struct slot *s)
+{
+    bool fresh = !failed_lately(s);
+
+    s->err = TBM_ERR_TRANSFER;
+    s->fail_until = c->f.fail_memory_ms ? now_ms() + c->f.fail_memory_ms : 0;
+    if (fresh)
+        tbm_log(TBM_LOG_ERROR,
+                "%s: bytes %" PRIu64 "-%" PRIu64 ": the transfer timed out: not here within "
+                "%u s (%s)",
+                c->f.name ? c->f.name : "source", s->block * TBM_CACHE_BLOCK,
+                (s->block + 1) * TBM_CACHE_BLOCK - 1, c->f.wait_limit,
+                s->state == SLOT_QUEUED ? "still queued behind other transfers" : "still arriving");
 }
 
 static void *worker_main(void *arg);
@@ -208,6 +257,7 @@ static void enqueue(struct tbm_cache *c, struct slot *s, uint64_t block, bool de
     s->refs = 0;
     s->used = false;
     s->demand = demand;
+    s->fail_until = 0;
     s->hnext = *b;
     *b = s;
     list_append(demand ? &c->demand_q : &c->ahead_q, &s->link);
@@ -249,12 +299,15 @@ static void *worker_main(void *arg)
         }
         if (r == 0 && !c->stale) {
             s->state = SLOT_READY;
+            s->fail_until = 0;
             list_push(&c->lru, &s->link);
         } else {
             s->state = SLOT_FAILED;
             s->err = r < 0 ? r : TBM_ERR_IO;
+            s->fail_until =
+                r != TBM_ERR_STOPPED && c->f.fail_memory_ms ? now_ms() + c->f.fail_memory_ms : 0;
             if (s->refs == 0)
-                release(c, s);
+                settle_failed(c, s);
         }
         pthread_cond_broadcast(&c->done);
     }
@@ -297,7 +350,7 @@ static struct timespec reader_deadline(const struct tbm_cache *c)
 
 /* Waits for done, a second at most at a time so that a stop is seen (a
  * signal handler cannot wake a condition variable). 0, TBM_ERR_STOPPED, or
- * TBM_ERR_IO once the reader's deadline passed. */
+ * TBM_ERR_TRANSFER once the reader's deadline passed. */
 static int wait_done(struct tbm_cache *c, const struct timespec *until)
 {
     struct timespec now, t;
@@ -307,7 +360,7 @@ static int wait_done(struct tbm_cache *c, const struct timespec *until)
     clock_gettime(CLOCK_MONOTONIC, &now);
     if (now.tv_sec > until->tv_sec ||
         (now.tv_sec == until->tv_sec && now.tv_nsec >= until->tv_nsec))
-        return TBM_ERR_IO;
+        return TBM_ERR_TRANSFER;
     t = now;
     t.tv_sec += 1;
     if (t.tv_sec > until->tv_sec || (t.tv_sec == until->tv_sec && t.tv_nsec > until->tv_nsec))
@@ -330,6 +383,12 @@ static int acquire(struct tbm_cache *c, uint64_t block, unsigned mode, bool slot
         if (c->stale)
             return TBM_ERR_IO;
         struct slot *s = lookup(c, block);
+        if (s && s->state == SLOT_FAILED && s->refs == 0 && !failed_lately(s)) {
+            release(c, s); /* its failure is forgotten: fetched again */
+            s = NULL;
+        }
+        if (s && failed_lately(s))
+            return s->err;
         if (!s) {
             if (!(s = take_slot(c, false))) {
                 if (nowait)
@@ -339,6 +398,12 @@ static int acquire(struct tbm_cache *c, uint64_t block, unsigned mode, bool slot
                 c->slot_waiters++;
                 int w = wait_done(c, until);
                 c->slot_waiters--;
+                if (w == TBM_ERR_TRANSFER)
+                    tbm_log(TBM_LOG_ERROR,
+                            "%s: bytes %" PRIu64 "-%" PRIu64 ": the transfer timed out: no block "
+                            "of the cache came free within %u s",
+                            c->f.name ? c->f.name : "source", block * TBM_CACHE_BLOCK,
+                            (block + 1) * TBM_CACHE_BLOCK - 1, c->f.wait_limit);
                 if (w < 0)
                     return w;
                 continue;
@@ -364,6 +429,8 @@ static int acquire(struct tbm_cache *c, uint64_t block, unsigned mode, bool slot
             if (w < 0) {
                 /* the transfer lets the slot go when it ends unheld */
                 s->refs--;
+                if (w == TBM_ERR_TRANSFER)
+                    gave_up(c, s);
                 return w;
             }
         }
@@ -375,7 +442,7 @@ static int acquire(struct tbm_cache *c, uint64_t block, unsigned mode, bool slot
         }
         int err = s->state == SLOT_FAILED && !c->stale ? s->err : TBM_ERR_IO;
         if (--s->refs == 0)
-            release(c, s);
+            settle_failed(c, s);
         return err;
     }
 }

@@ -21,10 +21,16 @@ struct tbm_cache_fetcher {
      * readers get (TBM_ERR_IO, TBM_ERR_NOMEM, TBM_ERR_DENIED). Called
      * without any lock of the cache held. */
     int (*fetch)(void *ctx, void *worker, uint64_t off, void *buf, size_t len);
-    /* Seconds a reader waits for a block at most (TBM_ERR_IO then), 0 for
-     * no limit; every reader stops waiting once tbm_source_stop was called
+    /* Seconds a read waits for its blocks at most (TBM_ERR_TRANSFER then,
+     * and a line naming the source and the bytes), 0 for no limit; every
+     * reader stops waiting once tbm_source_stop was called
      * (TBM_ERR_STOPPED). */
     unsigned wait_limit;
+    /* Milliseconds a block whose transfer failed or timed out fails every
+     * read at once, 0 for never: the kernel asks a failed read-ahead again
+     * page by page, and none of those retries may wait a deadline again. */
+    unsigned fail_memory_ms;
+    const char *name; /* the source's, for messages */
 };
 
 struct tbm_cache;
@@ -36,7 +42,9 @@ int tbm_cache_new(const struct tbm_cache_fetcher *f, uint64_t size, uint64_t cac
 
 /* Reads up to len bytes at off, short only at the end of the source; reading
  * on from where a reader left off fetches the next blocks ahead of it. 0,
- * or the failed fetch's status (TBM_ERR_IO once the source changed); with
+ * or the failed fetch's status (TBM_ERR_IO once the source changed,
+ * TBM_ERR_TRANSFER when the wait_limit passed, or the block failed less
+ * than fail_memory_ms ago); with
  * mode TBM_SOURCE_NOWAIT, TBM_ERR_AGAIN instead of any wait, the block
  * asked for. */
 int tbm_cache_read(struct tbm_cache *c, void *buf, size_t len, uint64_t off, unsigned mode,

@@ -824,7 +824,9 @@ static int make_stores(struct http *h, uint64_t cache_size)
                                   .worker_new = worker_new,
                                   .worker_free = worker_free,
                                   .fetch = fetch_block,
-                                  .wait_limit = (unsigned)(deadline_ms(h) / 1000)};
+                                  .wait_limit = (unsigned)(deadline_ms(h) / 1000),
+                                  .fail_memory_ms = TBM_HTTP_FAIL_MEMORY_MS,
+                                  .name = h->src.name};
     struct tbm_hints_fetcher hf = {
         .ctx = h, .easy_new = hint_easy, .start = hint_start, .end = hint_end};
 

@@ -32,6 +32,11 @@ struct tbm_http_options {
  * (90 s by default; at least the timeout and 10 s) in all, whatever the
  * server sends. */
 #define TBM_HTTP_DEADLINE_TIMEOUTS 3u
+/* A block whose transfer failed or timed out fails every read at once for
+ * this long: the kernel asks a failed read-ahead again page by page, at
+ * once, and none of those may wait another deadline. Short, so that a read
+ * a few seconds later tries the server again. */
+#define TBM_HTTP_FAIL_MEMORY_MS 3000u
 
 /* An option of the transport's or of a scheme's: how --help shows it, and
  * how it is set in its owner's struct of options. */

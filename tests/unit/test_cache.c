@@ -122,16 +122,35 @@ static struct fake *fake_new(void)
     return f;
 }
 
-static struct tbm_cache *cache_new(struct fake *f, unsigned slots, unsigned workers)
+/* A cache whose readers give up after wait_limit s, and whose failed
+ * blocks fail every read for memory_ms. */
+static struct tbm_cache *cache_new_limited(struct fake *f, unsigned slots, unsigned workers,
+                                           unsigned wait_limit, unsigned memory_ms)
 {
     struct tbm_cache_fetcher fetcher = {.ctx = f,
                                         .worker_new = fake_worker_new,
                                         .worker_free = fake_worker_free,
-                                        .fetch = fake_fetch};
+                                        .fetch = fake_fetch,
+                                        .wait_limit = wait_limit,
+                                        .fail_memory_ms = memory_ms,
+                                        .name = "fake://source"};
     struct tbm_cache *c;
 
     assert_int_equal(tbm_cache_new(&fetcher, SOURCE_SIZE, slots * MIB, workers, &c), 0);
     return c;
+}
+
+static struct tbm_cache *cache_new(struct fake *f, unsigned slots, unsigned workers)
+{
+    return cache_new_limited(f, slots, workers, 0, 0);
+}
+
+static double secs_since(const struct timespec *t0)
+{
+    struct timespec t;
+
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)(t.tv_sec - t0->tv_sec) + (double)(t.tv_nsec - t0->tv_nsec) / 1e9;
 }
 
 /* Frees the cache (its threads must stop) and checks what the fake saw. */
@@ -531,6 +550,47 @@ static void test_failed_fetch_reaches_every_waiter(void **state)
     done(f, c);
 }
 
+/* A reader that waits the whole wait_limit gets TBM_ERR_TRANSFER (a
+ * transfer that timed out, not a change); the block's failure is then
+ * remembered for memory_ms, so the reads that follow (the kernel's retries
+ * page by page) fail at once, and a read after that tries again. */
+static void test_failure_remembered_briefly(void **state)
+{
+    (void)state;
+    struct fake *f = fake_new();
+    struct tbm_cache *c = cache_new_limited(f, 8, 1, 1, 1500);
+    unsigned char buf[100];
+    struct timespec t0;
+    size_t got;
+
+    set_gate(f, true);
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    assert_int_equal(tbm_cache_read(c, buf, sizeof(buf), 2 * MIB, 0, &got), TBM_ERR_TRANSFER);
+    assert_true(secs_since(&t0) >= 0.9);
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    for (int i = 0; i < 10; i++)
+        assert_int_equal(tbm_cache_read(c, buf, sizeof(buf), 2 * MIB + 4096 * (size_t)i, 0, &got),
+                         TBM_ERR_TRANSFER);
+    assert_true(secs_since(&t0) < 0.5); /* none waited the second's wait_limit */
+    assert_int_equal(calls_of(f), 1);
+    set_gate(f, false);
+    wait_for(f, &f->finished, 1);
+    sleep_ms(100);            /* for the transfer thread to file the block */
+    read_ok(c, 2 * MIB, 100); /* the transfer given up on ended well: its bytes are served */
+    assert_int_equal(fetches_of(f, 2), 1);
+
+    /* A fetch that fails: remembered, then forgotten. */
+    set_fail(f, 5);
+    assert_int_equal(tbm_cache_read(c, buf, sizeof(buf), 5 * MIB, 0, &got), TBM_ERR_IO);
+    assert_int_equal(tbm_cache_read(c, buf, sizeof(buf), 5 * MIB + 8192, 0, &got), TBM_ERR_IO);
+    assert_int_equal(fetches_of(f, 5), 1);
+    set_fail(f, NO_BLOCK);
+    sleep_ms(1600);
+    read_ok(c, 5 * MIB, 100);
+    assert_int_equal(fetches_of(f, 5), 2);
+    done(f, c);
+}
+
 /* A range across a block boundary is held as two pieces, each the bytes of
  * its block; one piece allowed is not enough, and holds nothing. */
 static void test_hold_spanning_two_blocks(void **state)
@@ -630,6 +690,7 @@ int main(void)
         cmocka_unit_test(test_nowait_never_waits),
         cmocka_unit_test(test_concurrent_readers_one_fetch),
         cmocka_unit_test(test_failed_fetch_reaches_every_waiter),
+        cmocka_unit_test(test_failure_remembered_briefly),
         cmocka_unit_test(test_hold_spanning_two_blocks),
         cmocka_unit_test(test_invalidate),
         cmocka_unit_test(test_invalidate_from_fetch),
