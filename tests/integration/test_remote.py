@@ -106,7 +106,9 @@ def secrets(suite, model_bytes):
         with httpserve.Hostile(model_bytes) as server:
             server.etag = '"one\x1b[31m\r\xff"'
             url = "http://alice:%s@127.0.0.1:%d/m.tbm?token=%s" % (PASSWORD, server.port, TOKEN)
-            m = start(suite, url, {}, ["-o", "http_header_file=" + header_file])
+            # no read-ahead: the read after the change must find its bytes not cached yet
+            m = start(suite, url, {}, ["-o", "http_header_file=" + header_file,
+                                       "-o", "readahead=0"])
             try:
                 shown = "http://127.0.0.1:%d/m.tbm?\u2026" % server.port
                 with open("/proc/mounts") as f:
