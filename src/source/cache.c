@@ -399,9 +399,19 @@ static void read_ahead(struct tbm_cache *c, uint64_t block, struct slot *s)
         window = c->readahead;
     if (s->window < window)
         s->window = window;
-    for (unsigned i = 1; i <= s->window; i++) {
+    /* Refilled once a request's worth (or half the window) is missing, not
+     * a block at a time: what is missing is queued as one run, which goes in
+     * long requests, and the window stays nearly full. */
+    uint64_t last = (c->size - 1) / TBM_CACHE_BLOCK;
+    unsigned have = 0;
+    while (have < s->window && block + have < last && lookup(c, block + have + 1))
+        have++;
+    unsigned step = c->request_max < s->window / 2 ? c->request_max : s->window / 2;
+    if (have > 0 && s->window - have < step)
+        return;
+    for (unsigned i = have + 1; i <= s->window; i++) {
         uint64_t b = block + i;
-        if (b > (c->size - 1) / TBM_CACHE_BLOCK)
+        if (b > last)
             return;
         if (lookup(c, b))
             continue;
