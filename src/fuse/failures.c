@@ -73,7 +73,8 @@ static const char *reason(int status)
     case TBM_ERR_DENIED:
         return "the store refused the credentials (see the line before for its error code)";
     case TBM_ERR_TRANSFER:
-        return "a transfer from the server failed; the next read tries again";
+        return "a transfer from the server failed or timed out (the line before says which); a "
+               "read a few seconds later tries again";
     default:
         return "the source could not be read (it shrank or failed)";
     }

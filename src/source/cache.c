@@ -1,10 +1,14 @@
 /* The block cache of a remote source: a fixed set of 1 MiB slots, found by
  * block number, evicted least recently used first; transfer threads fill
- * them from a queue (readers' blocks before read-ahead), and every reader of
- * a block waits for the one transfer that fills it. */
+ * them from a queue (readers' blocks before read-ahead, one block a
+ * request; read-ahead in runs of blocks, one request a run), and every
+ * reader of a block waits for the one transfer that fills it. A sequential
+ * reader's read-ahead window doubles with every block it reads on, up to
+ * f.ahead_max blocks and half the slots. */
 #include "cache.h"
 
 #include <assert.h>
+#include <inttypes.h>
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdlib.h>
@@ -12,9 +16,11 @@
 #include <sys/mman.h>
 #include <time.h>
 
-/* Blocks fetched ahead of a sequential reader, at most: 8 MiB in flight keeps
- * several connections busy while the reader copies the block it has. */
-#define READAHEAD_MAX 8u
+#include "tbm/log.h"
+
+/* A sequential reader's first read-ahead window, in blocks: small, so that
+ * a reader that reads on for a block or two costs little. */
+#define WINDOW_FIRST 2u
 
 enum slot_state { SLOT_FREE, SLOT_QUEUED, SLOT_LOADING, SLOT_READY, SLOT_FAILED };
 
@@ -29,7 +35,9 @@ struct slot {
     unsigned refs;       /* readers holding or waiting for it */
     bool used;           /* a reader asked for it, so the next block is a sequential read */
     bool demand;         /* queued for a reader rather than ahead of one */
+    unsigned window;     /* the read-ahead window of the reader that read it, in blocks */
     int err;             /* FAILED: the fetch's status, for its waiting readers */
+    uint64_t fail_until; /* failed or given up on: every read fails at once until then (ms) */
     unsigned char *data; /* TBM_CACHE_BLOCK bytes of the cache's mapping */
     size_t len;
     struct slot *hnext;
@@ -45,7 +53,9 @@ struct tbm_cache {
     struct slot **buckets;
     size_t nbuckets; /* a power of two */
     struct link free, lru, demand_q, ahead_q;
-    unsigned readahead;
+    unsigned readahead;   /* the widest window, in blocks */
+    unsigned request_max; /* blocks in one read-ahead request */
+    unsigned ahead_busy;  /* transfer threads fetching ahead */
     bool stale;
     pthread_mutex_t lock;
     pthread_cond_t done; /* a slot was filled, failed or let go */
@@ -179,13 +189,58 @@ static struct slot *take_slot(struct tbm_cache *c, bool spare)
     }
     for (struct link *l = c->lru.prev; l != &c->lru; l = l->prev) {
         struct slot *s = slot_of(l);
-        if (s->refs == 0 && (!spare || s->used)) {
+        if (s->refs == 0 && (!spare || s->used || s->state == SLOT_FAILED)) {
             unhash(c, s);
             list_del(&s->link);
             return s;
         }
     }
     return NULL;
+}
+
+static uint64_t now_ms(void)
+{
+    struct timespec t;
+
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (uint64_t)t.tv_sec * 1000 + (uint64_t)t.tv_nsec / 1000000;
+}
+
+/* Whether a read of s fails at once with s->err: its transfer failed, or a
+ * reader gave up on it, less than f.fail_memory_ms ago. */
+static bool failed_lately(const struct slot *s)
+{
+    return s->state != SLOT_READY && s->fail_until && now_ms() < s->fail_until;
+}
+
+/* A failed slot nobody holds: kept at the cold end of the LRU list (the
+ * first taken) while its failure is remembered, else let go. */
+static void settle_failed(struct tbm_cache *c, struct slot *s)
+{
+    if (c->stale || !failed_lately(s)) {
+        release(c, s);
+        return;
+    }
+    list_append(&c->lru, &s->link);
+    if (c->slot_waiters)
+        pthread_cond_broadcast(&c->done);
+}
+
+/* A reader waited the whole wait_limit for s: the reads that come while it
+ * is remembered fail at once, and one line says so. */
+static void gave_up(struct tbm_cache *c, struct slot *s)
+{
+    bool fresh = !failed_lately(s);
+
+    s->err = TBM_ERR_TRANSFER;
+    s->fail_until = c->f.fail_memory_ms ? now_ms() + c->f.fail_memory_ms : 0;
+    if (fresh)
+        tbm_log(TBM_LOG_ERROR,
+                "%s: bytes %" PRIu64 "-%" PRIu64 ": the transfer timed out: not here within "
+                "%u s (%s)",
+                c->f.name ? c->f.name : "source", s->block * TBM_CACHE_BLOCK,
+                (s->block + 1) * TBM_CACHE_BLOCK - 1, c->f.wait_limit,
+                s->state == SLOT_QUEUED ? "still queued behind other transfers" : "still arriving");
 }
 
 static void *worker_main(void *arg);
@@ -208,6 +263,8 @@ static void enqueue(struct tbm_cache *c, struct slot *s, uint64_t block, bool de
     s->refs = 0;
     s->used = false;
     s->demand = demand;
+    s->window = 0;
+    s->fail_until = 0;
     s->hnext = *b;
     *b = s;
     list_append(demand ? &c->demand_q : &c->ahead_q, &s->link);
@@ -215,73 +272,153 @@ static void enqueue(struct tbm_cache *c, struct slot *s, uint64_t block, bool de
     pthread_cond_signal(&c->work);
 }
 
-static int load(struct tbm_cache *c, void *w, struct slot *s)
+/* Fetches the n consecutive blocks of run in one request. */
+static int load(struct tbm_cache *c, void *w, struct slot **run, unsigned char **bufs, unsigned n)
 {
-    uint64_t off = s->block * TBM_CACHE_BLOCK;
-    uint64_t left = c->size - off;
+    uint64_t off = run[0]->block * TBM_CACHE_BLOCK;
+    size_t len = 0;
 
-    s->len = left < TBM_CACHE_BLOCK ? (size_t)left : TBM_CACHE_BLOCK;
+    for (unsigned i = 0; i < n; i++) {
+        uint64_t left = c->size - run[i]->block * TBM_CACHE_BLOCK;
+        run[i]->len = left < TBM_CACHE_BLOCK ? (size_t)left : TBM_CACHE_BLOCK;
+        bufs[i] = run[i]->data;
+        len += run[i]->len;
+    }
     if (!w)
         return TBM_ERR_NOMEM;
-    return c->f.fetch(c->f.ctx, w, off, s->data, s->len);
+    return c->f.fetch(c->f.ctx, w, off, bufs, len);
+}
+
+/* Read-ahead leaves a thread or two to readers' blocks, so that a random
+ * reader's block never waits behind a long read-ahead. */
+static bool ahead_allowed(const struct tbm_cache *c)
+{
+    unsigned kept = c->max_workers / 8 ? c->max_workers / 8 : 1;
+
+    return c->max_workers <= kept || c->ahead_busy < c->max_workers - kept;
+}
+
+/* The next request's blocks, taken off their queue into run: a reader's
+ * block alone, or queued read-ahead blocks that follow one another. */
+static unsigned take_run(struct tbm_cache *c, struct slot **run)
+{
+    bool ahead = list_empty(&c->demand_q);
+    struct slot *s = slot_of(ahead ? c->ahead_q.next : c->demand_q.next);
+    unsigned n = 0;
+
+    for (;;) {
+        list_del(&s->link);
+        s->state = SLOT_LOADING;
+        run[n++] = s;
+        if (!ahead || n == c->request_max)
+            break;
+        s = lookup(c, s->block + 1);
+        if (!s || s->state != SLOT_QUEUED || s->demand)
+            break;
+    }
+    return n;
+}
+
+/* The fetch of a run ended with r: its blocks filled, or failed. */
+static void settle_run(struct tbm_cache *c, struct slot **run, unsigned n, int r)
+{
+    for (unsigned i = 0; i < n; i++) {
+        struct slot *s = run[i];
+        if (r == 0 && !c->stale) {
+            s->state = SLOT_READY;
+            s->fail_until = 0;
+            list_push(&c->lru, &s->link);
+            continue;
+        }
+        s->state = SLOT_FAILED;
+        s->err = r < 0 ? r : TBM_ERR_IO;
+        /* a refusal is not remembered: new credentials are tried at once */
+        s->fail_until =
+            r == TBM_ERR_TRANSFER && c->f.fail_memory_ms ? now_ms() + c->f.fail_memory_ms : 0;
+        if (s->refs == 0)
+            settle_failed(c, s);
+    }
 }
 
 static void *worker_main(void *arg)
 {
     struct tbm_cache *c = arg;
     void *w = c->f.worker_new(c->f.ctx);
+    struct slot **run = malloc(c->request_max * sizeof(*run));
+    unsigned char **bufs = malloc(c->request_max * sizeof(*bufs));
 
     pthread_mutex_lock(&c->lock);
     for (;;) {
-        while (!c->stop && list_empty(&c->demand_q) && list_empty(&c->ahead_q))
+        while (!c->stop && list_empty(&c->demand_q) &&
+               (list_empty(&c->ahead_q) || !ahead_allowed(c)))
             pthread_cond_wait(&c->work, &c->lock);
         if (c->stop)
             break;
-        struct link *q = list_empty(&c->demand_q) ? &c->ahead_q : &c->demand_q;
-        struct slot *s = slot_of(q->next);
-        list_del(&s->link);
-        s->state = SLOT_LOADING;
+        bool ahead = list_empty(&c->demand_q);
+        unsigned n = run && bufs ? take_run(c, run) : 0;
+        if (n == 0) { /* no memory for the run: the queue's head fails */
+            struct slot *s = slot_of(ahead ? c->ahead_q.next : c->demand_q.next);
+            list_del(&s->link);
+            s->state = SLOT_LOADING;
+            settle_run(c, &s, 1, TBM_ERR_NOMEM);
+            pthread_cond_broadcast(&c->done);
+            continue;
+        }
+        c->ahead_busy += ahead;
         int r = c->stale ? TBM_ERR_IO : 0;
         if (r == 0) {
             pthread_mutex_unlock(&c->lock);
-            r = load(c, w, s);
+            r = load(c, w, run, bufs, n);
             pthread_mutex_lock(&c->lock);
         }
-        if (r == 0 && !c->stale) {
-            s->state = SLOT_READY;
-            list_push(&c->lru, &s->link);
-        } else {
-            s->state = SLOT_FAILED;
-            s->err = r < 0 ? r : TBM_ERR_IO;
-            if (s->refs == 0)
-                release(c, s);
-        }
+        c->ahead_busy -= ahead;
+        settle_run(c, run, n, r);
         pthread_cond_broadcast(&c->done);
+        if (ahead && !list_empty(&c->ahead_q))
+            pthread_cond_signal(&c->work); /* a thread held back may fetch ahead now */
     }
     pthread_mutex_unlock(&c->lock);
+    free(run);
+    free(bufs);
     if (w)
         c->f.worker_free(c->f.ctx, w);
     return NULL;
 }
 
-/* Queues the blocks after block for a reader that reads on sequentially:
- * one that read the block before too. Only free or idle slots are taken. */
-static void read_ahead(struct tbm_cache *c, uint64_t block)
+/* Queues the blocks after block (in slot s) for a reader that reads on
+ * sequentially: one that read the block before too. Its window is twice
+ * the one it had there. Only free or idle slots are taken. */
+static void read_ahead(struct tbm_cache *c, uint64_t block, struct slot *s)
 {
     struct slot *prev = block > 0 ? lookup(c, block - 1) : NULL;
 
     if (c->readahead == 0 || (block > 0 && !(prev && prev->used)))
         return;
-    for (unsigned i = 1; i <= c->readahead; i++) {
+    unsigned window = prev && prev->window ? prev->window * 2 : WINDOW_FIRST;
+    if (window > c->readahead)
+        window = c->readahead;
+    if (s->window < window)
+        s->window = window;
+    /* Refilled once a request's worth (or half the window) is missing, not
+     * a block at a time: what is missing is queued as one run, which goes in
+     * long requests, and the window stays nearly full. */
+    uint64_t last = (c->size - 1) / TBM_CACHE_BLOCK;
+    unsigned have = 0;
+    while (have < s->window && block + have < last && lookup(c, block + have + 1))
+        have++;
+    unsigned step = c->request_max < s->window / 2 ? c->request_max : s->window / 2;
+    if (have > 0 && s->window - have < step)
+        return;
+    for (unsigned i = have + 1; i <= s->window; i++) {
         uint64_t b = block + i;
-        if (b > (c->size - 1) / TBM_CACHE_BLOCK)
+        if (b > last)
             return;
         if (lookup(c, b))
             continue;
-        struct slot *s = take_slot(c, true);
-        if (!s)
+        struct slot *t = take_slot(c, true);
+        if (!t)
             return;
-        enqueue(c, s, b, false);
+        enqueue(c, t, b, false);
     }
 }
 
@@ -297,7 +434,7 @@ static struct timespec reader_deadline(const struct tbm_cache *c)
 
 /* Waits for done, a second at most at a time so that a stop is seen (a
  * signal handler cannot wake a condition variable). 0, TBM_ERR_STOPPED, or
- * TBM_ERR_IO once the reader's deadline passed. */
+ * TBM_ERR_TRANSFER once the reader's deadline passed. */
 static int wait_done(struct tbm_cache *c, const struct timespec *until)
 {
     struct timespec now, t;
@@ -307,7 +444,7 @@ static int wait_done(struct tbm_cache *c, const struct timespec *until)
     clock_gettime(CLOCK_MONOTONIC, &now);
     if (now.tv_sec > until->tv_sec ||
         (now.tv_sec == until->tv_sec && now.tv_nsec >= until->tv_nsec))
-        return TBM_ERR_IO;
+        return TBM_ERR_TRANSFER;
     t = now;
     t.tv_sec += 1;
     if (t.tv_sec > until->tv_sec || (t.tv_sec == until->tv_sec && t.tv_nsec > until->tv_nsec))
@@ -330,6 +467,12 @@ static int acquire(struct tbm_cache *c, uint64_t block, unsigned mode, bool slot
         if (c->stale)
             return TBM_ERR_IO;
         struct slot *s = lookup(c, block);
+        if (s && s->state == SLOT_FAILED && s->refs == 0 && !failed_lately(s)) {
+            release(c, s); /* its failure is forgotten: fetched again */
+            s = NULL;
+        }
+        if (s && failed_lately(s))
+            return s->err;
         if (!s) {
             if (!(s = take_slot(c, false))) {
                 if (nowait)
@@ -339,6 +482,12 @@ static int acquire(struct tbm_cache *c, uint64_t block, unsigned mode, bool slot
                 c->slot_waiters++;
                 int w = wait_done(c, until);
                 c->slot_waiters--;
+                if (w == TBM_ERR_TRANSFER)
+                    tbm_log(TBM_LOG_ERROR,
+                            "%s: bytes %" PRIu64 "-%" PRIu64 ": the transfer timed out: no block "
+                            "of the cache came free within %u s",
+                            c->f.name ? c->f.name : "source", block * TBM_CACHE_BLOCK,
+                            (block + 1) * TBM_CACHE_BLOCK - 1, c->f.wait_limit);
                 if (w < 0)
                     return w;
                 continue;
@@ -364,6 +513,8 @@ static int acquire(struct tbm_cache *c, uint64_t block, unsigned mode, bool slot
             if (w < 0) {
                 /* the transfer lets the slot go when it ends unheld */
                 s->refs--;
+                if (w == TBM_ERR_TRANSFER)
+                    gave_up(c, s);
                 return w;
             }
         }
@@ -375,7 +526,7 @@ static int acquire(struct tbm_cache *c, uint64_t block, unsigned mode, bool slot
         }
         int err = s->state == SLOT_FAILED && !c->stale ? s->err : TBM_ERR_IO;
         if (--s->refs == 0)
-            release(c, s);
+            settle_failed(c, s);
         return err;
     }
 }
@@ -415,7 +566,7 @@ int tbm_cache_read(struct tbm_cache *c, void *buf, size_t len, uint64_t off, uns
         struct slot *s;
         if ((r = acquire(c, block, mode, true, &until, &s)) < 0)
             goto out;
-        read_ahead(c, block);
+        read_ahead(c, block, s);
         size_t in = (size_t)(pos - block * TBM_CACHE_BLOCK);
         size_t n = s->len - in < len - done ? s->len - in : len - done;
         /* The reference keeps the slot's bytes; the copy needs no lock. */
@@ -458,7 +609,7 @@ int tbm_cache_hold(struct tbm_cache *c, uint64_t off, size_t len, unsigned mode,
             r = a < 0 ? a : 0;
             break;
         }
-        read_ahead(c, block);
+        read_ahead(c, block, s);
         size_t in = (size_t)(pos - block * TBM_CACHE_BLOCK);
         size_t k = s->len - in < len - done ? s->len - in : len - done;
         pieces[(*n)++] = (struct tbm_source_piece){s->data + in, k, s};
@@ -577,9 +728,11 @@ int tbm_cache_new(const struct tbm_cache_fetcher *f, uint64_t size, uint64_t cac
     c->f = *f;
     c->size = size;
     c->max_workers = workers ? workers : 1;
-    /* Read-ahead takes at most a quarter of the slots, so that it cannot
-     * push out what concurrent readers are working on. */
-    c->readahead = (unsigned)(c->nslots / 4 < READAHEAD_MAX ? c->nslots / 4 : READAHEAD_MAX);
+    /* Read-ahead takes at most half the slots, so that readers always have
+     * room (and it takes only slots already read: it never pushes out what
+     * another reader is about to use). */
+    c->readahead = (unsigned)(c->nslots / 2 < f->ahead_max ? c->nslots / 2 : f->ahead_max);
+    c->request_max = f->request_max ? f->request_max : 1;
     list_init(&c->free);
     list_init(&c->lru);
     list_init(&c->demand_q);

@@ -17,14 +17,25 @@ struct tbm_cache_fetcher {
     void *ctx;
     void *(*worker_new)(void *ctx);
     void (*worker_free)(void *ctx, void *worker);
-    /* Fills exactly len bytes at off; 0 or a TBM_ERR_* that the block's
-     * readers get (TBM_ERR_IO, TBM_ERR_NOMEM, TBM_ERR_DENIED). Called
+    /* Fills exactly len bytes at off (one request): the i-th TBM_CACHE_BLOCK
+     * of them into bufs[i]. 0 or a TBM_ERR_* that the blocks' readers get
+     * (TBM_ERR_IO, TBM_ERR_NOMEM, TBM_ERR_DENIED, TBM_ERR_TRANSFER). Called
      * without any lock of the cache held. */
-    int (*fetch)(void *ctx, void *worker, uint64_t off, void *buf, size_t len);
-    /* Seconds a reader waits for a block at most (TBM_ERR_IO then), 0 for
-     * no limit; every reader stops waiting once tbm_source_stop was called
+    int (*fetch)(void *ctx, void *worker, uint64_t off, unsigned char *const *bufs, size_t len);
+    /* Seconds a read waits for its blocks at most (TBM_ERR_TRANSFER then,
+     * and a line naming the source and the bytes), 0 for no limit; every
+     * reader stops waiting once tbm_source_stop was called
      * (TBM_ERR_STOPPED). */
     unsigned wait_limit;
+    /* Milliseconds a block whose transfer failed or timed out
+     * (TBM_ERR_TRANSFER) fails every read at once, 0 for never: the kernel asks a failed read-ahead
+     * again page by page, and none of those retries may wait a deadline again. */
+    unsigned fail_memory_ms;
+    const char *name; /* the source's, for messages */
+    /* A sequential reader's widest read-ahead window, in blocks (at most
+     * half the slots; 0: no read-ahead), and the most blocks one
+     * read-ahead request asks for (0: 1). */
+    unsigned ahead_max, request_max;
 };
 
 struct tbm_cache;
@@ -36,7 +47,9 @@ int tbm_cache_new(const struct tbm_cache_fetcher *f, uint64_t size, uint64_t cac
 
 /* Reads up to len bytes at off, short only at the end of the source; reading
  * on from where a reader left off fetches the next blocks ahead of it. 0,
- * or the failed fetch's status (TBM_ERR_IO once the source changed); with
+ * or the failed fetch's status (TBM_ERR_IO once the source changed,
+ * TBM_ERR_TRANSFER when the wait_limit passed, or the block failed less
+ * than fail_memory_ms ago); with
  * mode TBM_SOURCE_NOWAIT, TBM_ERR_AGAIN instead of any wait, the block
  * asked for. */
 int tbm_cache_read(struct tbm_cache *c, void *buf, size_t len, uint64_t off, unsigned mode,

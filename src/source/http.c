@@ -8,6 +8,7 @@
  * bytes are, what signs a request) its row says (scheme.h). */
 #include <curl/curl.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -32,9 +33,6 @@
 /* An error body is read this far: S3's XML names its code early. */
 #define BODY_MAX 2048
 
-/* Transfer threads, each with its own connection: enough to keep a
- * loopback or LAN server busy while readers copy. */
-#define WORKERS 4
 /* libcurl hands the body over in pieces of at most this. Small enough to
  * stay in the CPU's cache between libcurl's copy and ours: side by side,
  * 64 KiB streamed some 10% faster than 512 KiB, and 8 transfer threads
@@ -68,7 +66,8 @@ struct http {
 /* One request's answer, as the callbacks see it. */
 struct response {
     CURL *easy;
-    unsigned char *buf;
+    unsigned char *const *bufs; /* the body's i-th TBM_CACHE_BLOCK goes to bufs[i], */
+    unsigned char *one;         /* or, without bufs, all of it here */
     size_t cap, got;
     bool too_long;
     struct tbm_http_answer head; /* what its header says */
@@ -134,8 +133,18 @@ static size_t write_cb(char *data, size_t size, size_t nmemb, void *userdata)
         r->too_long = true;
         return 0;
     }
-    memcpy(r->buf + r->got, data, len);
-    r->got += len;
+    if (!r->bufs) {
+        memcpy(r->one + r->got, data, len);
+        r->got += len;
+        return len;
+    }
+    for (size_t done = 0; done < len;) {
+        size_t in = r->got % TBM_CACHE_BLOCK;
+        size_t n = TBM_CACHE_BLOCK - in < len - done ? TBM_CACHE_BLOCK - in : len - done;
+        memcpy(r->bufs[r->got / TBM_CACHE_BLOCK] + in, data + done, n);
+        r->got += n;
+        done += n;
+    }
     return len;
 }
 
@@ -395,10 +404,10 @@ static void back_off(int attempt)
         ;
 }
 
-/* What a fetch asks for: len bytes at first into buf (at open, the last
+/* What a fetch asks for: len bytes at first into bufs (at open, the last
  * len bytes), with its Range header. */
 struct ask {
-    void *buf;
+    unsigned char *const *bufs;
     size_t len;
     uint64_t first;
     bool at_open;
@@ -415,7 +424,7 @@ static enum outcome ask_once(struct http *h, CURL *easy, struct response *r, con
 
     memset(r, 0, sizeof(*r));
     r->easy = easy;
-    r->buf = a->buf;
+    r->bufs = a->bufs;
     r->cap = a->len;
     if (prepare(h, easy, url, a->range, &list, version) < 0)
         return OUT_NOMEM;
@@ -448,13 +457,14 @@ static enum outcome redirect(const struct response *r, char **target, int *hops,
     return OUT_REDIRECT;
 }
 
-/* Asks for len bytes at first into buf (at open, range is "-len", a suffix),
+/* Asks for len bytes at first into bufs (at open, range is "-len", a suffix),
  * tried up to TRIES times while failures look passing, following redirects
  * and, once, retrying a refusal with credentials read again. */
-static enum outcome fetch(struct http *h, CURL *easy, struct response *r, void *buf, size_t len,
-                          uint64_t first, bool at_open, char *why, size_t whylen)
+static enum outcome fetch(struct http *h, CURL *easy, struct response *r,
+                          unsigned char *const *bufs, size_t len, uint64_t first, bool at_open,
+                          char *why, size_t whylen)
 {
-    struct ask a = {.buf = buf, .len = len, .first = first, .at_open = at_open};
+    struct ask a = {.bufs = bufs, .len = len, .first = first, .at_open = at_open};
     enum outcome o = OUT_FAIL;
     char *target = NULL; /* a redirect's, else the source's URL */
     bool renewed = false;
@@ -546,7 +556,8 @@ static void log_denied(struct http *h, const struct response *r)
                 r->code[0] ? r->code : "no error code");
 }
 
-static int fetch_block(void *ctx, void *worker, uint64_t off, void *buf, size_t len)
+static int fetch_block(void *ctx, void *worker, uint64_t off, unsigned char *const *bufs,
+                       size_t len)
 {
     struct http *h = ctx;
     struct response r;
@@ -554,7 +565,7 @@ static int fetch_block(void *ctx, void *worker, uint64_t off, void *buf, size_t 
 
     if (has_changed(h))
         return TBM_ERR_IO;
-    switch (fetch(h, worker, &r, buf, len, off, false, why, sizeof(why))) {
+    switch (fetch(h, worker, &r, bufs, len, off, false, why, sizeof(why))) {
     case OUT_OK:
         pthread_mutex_lock(&h->lock);
         h->denied_logged[0] = '\0';
@@ -616,7 +627,7 @@ static int hint_start(void *ctx, CURL *easy, uint64_t off, size_t len, void *buf
         return TBM_ERR_NOMEM;
     snprintf(header, sizeof(header), "Range: bytes=%llu-%llu", (unsigned long long)off,
              (unsigned long long)(off + len - 1));
-    *q = (struct hint_request){.r = {.easy = easy, .buf = buf, .cap = len}, .off = off, .len = len};
+    *q = (struct hint_request){.r = {.easy = easy, .one = buf, .cap = len}, .off = off, .len = len};
     if (prepare(h, easy, h->url, header, &q->list, &version) < 0)
         goto fail;
     if (curl_easy_setopt(easy, CURLOPT_HEADERDATA, &q->r) != CURLE_OK ||
@@ -817,19 +828,26 @@ static void take_tail(struct http *h, const struct response *r)
 }
 
 /* The cache of the blocks, and the hinted ranges: both fetch through h. */
-static int make_stores(struct http *h, uint64_t cache_size)
+static int make_stores(struct http *h, const struct tbm_http_options *t)
 {
+    uint64_t cache_size = t->cache_size ? t->cache_size : TBM_HTTP_CACHE_DEFAULT;
+    uint64_t ahead = t->readahead / TBM_CACHE_BLOCK, request = t->request_size / TBM_CACHE_BLOCK;
+
     /* a reader may wait behind another's transfer: as long as its own */
     struct tbm_cache_fetcher f = {.ctx = h,
                                   .worker_new = worker_new,
                                   .worker_free = worker_free,
                                   .fetch = fetch_block,
-                                  .wait_limit = (unsigned)(deadline_ms(h) / 1000)};
+                                  .wait_limit = (unsigned)(deadline_ms(h) / 1000),
+                                  .fail_memory_ms = TBM_HTTP_FAIL_MEMORY_MS,
+                                  .name = h->src.name,
+                                  .ahead_max = ahead > UINT_MAX ? UINT_MAX : (unsigned)ahead,
+                                  .request_max = request ? (unsigned)request : 1};
     struct tbm_hints_fetcher hf = {
         .ctx = h, .easy_new = hint_easy, .start = hint_start, .end = hint_end};
 
-    if (tbm_cache_new(&f, h->src.id.size, cache_size ? cache_size : TBM_HTTP_CACHE_DEFAULT, WORKERS,
-                      &h->cache) < 0 ||
+    if (tbm_cache_new(&f, h->src.id.size, cache_size,
+                      t->connections ? t->connections : TBM_HTTP_CONNECTIONS, &h->cache) < 0 ||
         tbm_hints_new(&hf, &h->hints) < 0)
         return TBM_ERR_NOMEM;
     return 0;
@@ -867,7 +885,8 @@ int tbm_source_open_url(const char *url, const struct tbm_remote_options *opts,
     status = TBM_ERR_NOMEM;
     if (!(easy = easy_new(h)))
         goto fail;
-    switch (fetch(h, easy, &r, h->tail, TAIL_SIZE, 0, true, why, whylen)) {
+    unsigned char *tail[1] = {h->tail};
+    switch (fetch(h, easy, &r, tail, TAIL_SIZE, 0, true, why, whylen)) {
     case OUT_OK:
         break;
     case OUT_NOMEM:
@@ -878,7 +897,7 @@ int tbm_source_open_url(const char *url, const struct tbm_remote_options *opts,
         goto fail;
     }
     take_tail(h, &r);
-    if (make_stores(h, t->cache_size) < 0) {
+    if (make_stores(h, t) < 0) {
         snprintf(why, whylen, "out of memory");
         goto fail;
     }

@@ -27,15 +27,17 @@ struct tbm_remote_options {
 };
 
 static const struct tbm_http_options defaults = {.cache_size = TBM_HTTP_CACHE_DEFAULT,
-                                                 .timeout = TBM_HTTP_TIMEOUT};
+                                                 .timeout = TBM_HTTP_TIMEOUT,
+                                                 .connections = TBM_HTTP_CONNECTIONS,
+                                                 .readahead = TBM_HTTP_READAHEAD,
+                                                 .request_size = TBM_HTTP_REQUEST_SIZE};
 
-/* A number of bytes with an optional K, M or G (powers of 1024). */
-static int set_cache_size(void *opts, const char *value, const char **why)
+/* A number of bytes with an optional K, M or G (powers of 1024), from min
+ * to max. */
+static int parse_bytes(const char *value, uint64_t min, uint64_t max, uint64_t *out)
 {
-    struct tbm_http_options *o = opts;
     char *end;
 
-    *why = "must be a number of bytes (K, M, G allowed), at least 2M";
     if (*value < '0' || *value > '9')
         return -1;
     errno = 0;
@@ -49,9 +51,42 @@ static int set_cache_size(void *opts, const char *value, const char **why)
         shift = 30;
     if (shift)
         end++;
-    if (errno || *end || v > (UINT64_MAX >> shift) || (v << shift) < TBM_HTTP_CACHE_MIN)
+    if (errno || *end || v > (UINT64_MAX >> shift) || (v << shift) < min || (v << shift) > max)
         return -1;
-    o->cache_size = (uint64_t)v << shift;
+    *out = (uint64_t)v << shift;
+    return 0;
+}
+
+static int set_cache_size(void *opts, const char *value, const char **why)
+{
+    *why = "must be a number of bytes (K, M, G allowed), at least 2M";
+    return parse_bytes(value, TBM_HTTP_CACHE_MIN, UINT64_MAX,
+                       &((struct tbm_http_options *)opts)->cache_size);
+}
+
+static int set_readahead(void *opts, const char *value, const char **why)
+{
+    *why = "must be a number of bytes (K, M, G allowed), 0 for none";
+    return parse_bytes(value, 0, UINT64_MAX, &((struct tbm_http_options *)opts)->readahead);
+}
+
+static int set_request_size(void *opts, const char *value, const char **why)
+{
+    *why = "must be a number of bytes (K, M allowed) from 1M to 64M";
+    return parse_bytes(value, 1u << 20, 64u << 20,
+                       &((struct tbm_http_options *)opts)->request_size);
+}
+
+static int set_connections(void *opts, const char *value, const char **why)
+{
+    char *end;
+
+    *why = "must be 1 to 64 connections";
+    errno = 0;
+    unsigned long v = strtoul(value, &end, 10);
+    if (*value < '0' || *value > '9' || errno || *end || v < 1 || v > 64)
+        return -1;
+    ((struct tbm_http_options *)opts)->connections = (unsigned)v;
     return 0;
 }
 
@@ -93,6 +128,20 @@ static const struct tbm_option_row transport[] = {
                "HTTP(S) SOURCE: block cache size (default 256M; K, M, G allowed; at least\n"
                "2M)"},
      .set = set_cache_size},
+    {.shown = {"readahead", "BYTES",
+               "HTTP(S) SOURCE: a sequential reader's widest read-ahead window; it starts\n"
+               "at 2M and doubles with every 1M read on (default 256M, at most half of\n"
+               "cache_size; 0: none)"},
+     .set = set_readahead},
+    {.shown = {"http_request_size", "BYTES",
+               "HTTP(S) SOURCE: the largest request of a read-ahead (default 8M; 1M to\n"
+               "64M); a reader's own block is asked for alone (1M)"},
+     .set = set_request_size},
+    {.shown = {"http_connections", "N",
+               "HTTP(S) SOURCE: requests (and kept-alive connections) at once (default\n"
+               "16; 1 to 64); read-ahead leaves an eighth of them (at least one) to\n"
+               "readers' own blocks"},
+     .set = set_connections},
     {.shown = {"http_header", "\"Name: value\"",
                "HTTP(S) SOURCE: a header sent with every request to SOURCE's own scheme,\n"
                "host and port (repeatable; a comma in the value is written \\,)"},

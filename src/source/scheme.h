@@ -23,15 +23,31 @@ struct tbm_http_options {
     const char *header_file; /* more of them, one a line, or NULL */
     unsigned timeout;        /* seconds of stall (and of connecting) before a try fails */
     const char *ca_file;     /* PEM CAs in place of the system's, or NULL */
+    unsigned connections;    /* transfer threads, each a connection, at once */
+    uint64_t readahead;      /* bytes: a sequential reader's widest read-ahead window */
+    uint64_t request_size;   /* bytes: a read-ahead request's largest */
 };
 
 #define TBM_HTTP_CACHE_DEFAULT (256ull << 20)
 #define TBM_HTTP_CACHE_MIN     (2ull << 20)
 #define TBM_HTTP_TIMEOUT       30u
+/* A cloud store gives one connection some 25 MB/s at a 20 ms round trip:
+ * 16 connections, each asking for 8 MiB at a time (a request's own round
+ * trip is then 5% of it), keep a fast link full, with a window of up to
+ * 256 MiB (at most half the cache) in flight ahead of a sequential
+ * reader. */
+#define TBM_HTTP_CONNECTIONS  16u
+#define TBM_HTTP_READAHEAD    (256ull << 20)
+#define TBM_HTTP_REQUEST_SIZE (8ull << 20)
 /* A read waits for a transfer at most this many times the stall timeout
  * (90 s by default; at least the timeout and 10 s) in all, whatever the
  * server sends. */
 #define TBM_HTTP_DEADLINE_TIMEOUTS 3u
+/* A block whose transfer failed or timed out fails every read at once for
+ * this long: the kernel asks a failed read-ahead again page by page, at
+ * once, and none of those may wait another deadline. Short, so that a read
+ * a few seconds later tries the server again. */
+#define TBM_HTTP_FAIL_MEMORY_MS 3000u
 
 /* An option of the transport's or of a scheme's: how --help shows it, and
  * how it is set in its owner's struct of options. */

@@ -344,6 +344,7 @@ def faults(suite, nginx, root, proxy):
             check(secs < 10, "EIO took %.1fs" % secs)
             proxy.set()
             check(m.alive(), "daemon died")
+            time.sleep(3.5)  # the failure is remembered 3 s (TBM_HTTP_FAIL_MEMORY_MS)
             eq(read_direct(raw(m)), e.raw, "raw.tb once the server answers again")
 
         suite.case("http faults: a failure that lasts 3 tries is EIO, the daemon stays",

@@ -71,6 +71,15 @@ print(json.dumps(secs))
 """
 
 
+# Maps the file PATH and touches one byte of each of its pages in turn.
+MAP_READER = r"""
+import mmap, sys
+with open(sys.argv[1], "rb") as f:
+    m = mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ)
+    sum(m[i] for i in range(0, len(m), 4096))
+"""
+
+
 def as_user(uid, args):
     return subprocess.Popen([sys.executable, "-c", CHILD] + args, user=uid, group=uid,
                             extra_groups=[], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
@@ -104,7 +113,9 @@ def secrets(suite, model_bytes):
         with httpserve.Hostile(model_bytes) as server:
             server.etag = '"one\x1b[31m\r\xff"'
             url = "http://alice:%s@127.0.0.1:%d/m.tbm?token=%s" % (PASSWORD, server.port, TOKEN)
-            m = start(suite, url, {}, ["-o", "http_header_file=" + header_file])
+            # no read-ahead: the read after the change must find its bytes not cached yet
+            m = start(suite, url, {}, ["-o", "http_header_file=" + header_file,
+                                       "-o", "readahead=0"])
             try:
                 shown = "http://127.0.0.1:%d/m.tbm?\u2026" % server.port
                 with open("/proc/mounts") as f:
@@ -250,6 +261,7 @@ def trickle(suite, model_bytes):
                     check(secs < 20, "%s waited %.1f s" % (d, secs))
                 check(m.alive(), "the daemon died")
                 server.trickle = None
+                time.sleep(3.5)  # the failures are remembered 3 s (TBM_HTTP_FAIL_MEMORY_MS)
                 eq(len(read_all(m.p("tensors", names[0], "raw.tb"))) > 0, True,
                    "a read once the server answers again")
             finally:
@@ -285,8 +297,53 @@ def trickle(suite, model_bytes):
             finally:
                 m.stop()
 
+    def page_readers():
+        # A buffered cat and a reader of a mapping: the kernel asks a failed read-ahead again
+        # page by page, and each retry waited a whole deadline (24 s and more here, 180 s
+        # and 270 s with the defaults); a failure remembered for a few seconds fails them
+        # at once, so each reader has its EIO (SIGBUS) one deadline after it asked.
+        with httpserve.Hostile(model_bytes) as server:
+            m = start(suite, server.url("m.tbm"), {}, ["-o", "http_timeout=2"])
+            procs = []
+            try:
+                names = sorted(os.listdir(m.p("tensors")),
+                               key=lambda d: -os.stat(m.p("tensors", d, "raw.tb")).st_size)[:2]
+                server.trickle, server.trickle_before = 0.5, len(model_bytes)
+                t0 = time.monotonic()
+                procs = [subprocess.Popen(["cat", m.p("tensors", names[0], "raw.tb")],
+                                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE),
+                         subprocess.Popen([sys.executable, "-c", MAP_READER,
+                                           m.p("tensors", names[1], "raw.tb")],
+                                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)]
+                took = []
+                for p in procs:
+                    p.wait(60)
+                    took.append(time.monotonic() - t0)
+                print("# cat %.1f s, mmap %.1f s (the deadline: 12 s)" % tuple(took), flush=True)
+                cat_err = procs[0].stderr.read().decode()
+                check(procs[0].returncode != 0 and "Input/output error" in cat_err,
+                      "cat: exit %s, %r" % (procs[0].returncode, cat_err))
+                eq(procs[1].returncode, -signal.SIGBUS, "the mapping's reader")
+                for what, secs in zip(("cat", "mmap"), took):
+                    check(secs < 20, "%s waited %.1f s for its EIO" % (what, secs))
+                check(m.alive(), "the daemon died")
+            finally:
+                for p in procs:
+                    if p.poll() is None:
+                        p.kill()
+                        p.wait()
+                    p.stderr.close()
+                server.done.set()
+                err = finish(m)
+        url = server.url("m.tbm")
+        check(url + ": bytes " in err and "the transfer timed out" in err,
+              "no line naming %s and the time-out: %r" % (url, err[-600:]))
+        check("shrank" not in err and "changed" not in err, "a change blamed: %r" % err[-600:])
+
     suite.case("trickle: a byte every 0.5 s: reads fail within the deadline, the daemon lives",
                bounded, 90)
+    suite.case("trickle: buffered cat and mmap get EIO within one deadline, said as a time-out",
+               page_readers, 90)
     suite.case("trickle: SIGTERM ends the daemon and its mount while reads wait", sigterm, 90)
 
 
@@ -316,6 +373,7 @@ def failed_transfer(suite, model_bytes, model_path):
                     time.sleep(0.1)
                 time.sleep(1)
                 server.fail = None
+                time.sleep(3.5)  # the failures are remembered 3 s (TBM_HTTP_FAIL_MEMORY_MS)
                 got = known_header(m, big)
                 want = harness.read_json(local.p("tensors", big, "header.json"))
                 for k in ("kept", "density", "warnings"):

@@ -28,11 +28,14 @@ struct fake {
     unsigned calls;    /* fetches started */
     unsigned finished; /* fetches returned */
     unsigned per_block[NBLOCKS];
-    unsigned waiting;          /* fetches held at the gate */
-    bool gate_closed;          /* fetches wait until the test opens it */
-    uint64_t fail_block;       /* a fetch of it fails, NO_BLOCK: none */
-    struct tbm_cache *changes; /* a fetch invalidates it, as a changed source does */
-    unsigned bad_calls;        /* fetches not of one whole block */
+    unsigned waiting;            /* fetches held at the gate */
+    bool gate_closed;            /* fetches wait until the test opens it, */
+    uint64_t gate_from, gate_to; /* those of a block from gate_from, before gate_to */
+    uint64_t fail_block;         /* a fetch of it fails, NO_BLOCK: none */
+    int fail_status;             /* with this status */
+    struct tbm_cache *changes;   /* a fetch invalidates it, as a changed source does */
+    unsigned bad_calls;          /* fetches not of whole blocks inside the source */
+    size_t longest;              /* the longest fetch's bytes */
     unsigned workers_new, workers_freed;
     unsigned readers_started; /* reader threads about to read */
 };
@@ -72,38 +75,39 @@ static void fake_worker_free(void *ctx, void *worker)
     free(worker);
 }
 
-static int fake_fetch(void *ctx, void *worker, uint64_t off, void *buf, size_t len)
+/* A fetch of whole blocks from off (one or several: a read-ahead run). */
+static int fake_fetch(void *ctx, void *worker, uint64_t off, unsigned char *const *bufs, size_t len)
 {
     struct fake *f = ctx;
-    uint64_t block = off / MIB;
-    uint64_t want = SOURCE_SIZE - off < MIB ? SOURCE_SIZE - off : MIB;
+    uint64_t block = off / MIB, end = off + len;
     int r = 0;
 
     (void)worker;
     pthread_mutex_lock(&f->lock);
     f->calls++;
-    if (off % MIB != 0 || block >= NBLOCKS || len != want)
+    if (len > f->longest)
+        f->longest = len;
+    if (off % MIB != 0 || len == 0 || end > SOURCE_SIZE || (end % MIB != 0 && end != SOURCE_SIZE))
         f->bad_calls++;
     else
-        f->per_block[block]++;
+        for (uint64_t b = block; b * MIB < end; b++)
+            f->per_block[b]++;
     f->waiting++;
     pthread_cond_broadcast(&f->cond);
-    while (f->gate_closed)
+    while (f->gate_closed && (end - 1) / MIB >= f->gate_from && block < f->gate_to)
         pthread_cond_wait(&f->cond, &f->lock);
     f->waiting--;
-    if (block == f->fail_block)
-        r = TBM_ERR_IO;
+    if (f->fail_block >= block && f->fail_block * MIB < end)
+        r = f->fail_status;
     struct tbm_cache *changes = f->changes;
     pthread_mutex_unlock(&f->lock);
     if (changes) {
         tbm_cache_invalidate(changes);
         r = TBM_ERR_IO;
     }
-    if (r == 0)
-        for (size_t i = 0; i < len; i++)
-            ((unsigned char *)buf)[i] = pattern(off + i);
-    else
-        memset(buf, 0xee, len); /* what a failed transfer left behind */
+    for (size_t i = 0; i < len; i++)
+        /* after a failure, what a failed transfer left behind */
+        bufs[i / MIB][i % MIB] = r == 0 ? pattern(off + i) : 0xee;
     pthread_mutex_lock(&f->lock);
     f->finished++;
     pthread_cond_broadcast(&f->cond);
@@ -119,19 +123,48 @@ static struct fake *fake_new(void)
     pthread_mutex_init(&f->lock, NULL);
     pthread_cond_init(&f->cond, NULL);
     f->fail_block = NO_BLOCK;
+    f->fail_status = TBM_ERR_IO;
+    f->gate_to = NO_BLOCK;
     return f;
 }
 
-static struct tbm_cache *cache_new(struct fake *f, unsigned slots, unsigned workers)
+/* A cache of slots blocks fetched by workers threads, reading ahead at
+ * most ahead blocks in requests of request blocks at most; its readers give
+ * up after wait_limit s, and its failed blocks fail every read for
+ * memory_ms. */
+struct shape {
+    unsigned slots, workers, ahead, request, wait_limit, memory_ms;
+};
+
+static struct tbm_cache *cache_shaped(struct fake *f, struct shape sh)
 {
     struct tbm_cache_fetcher fetcher = {.ctx = f,
                                         .worker_new = fake_worker_new,
                                         .worker_free = fake_worker_free,
-                                        .fetch = fake_fetch};
+                                        .fetch = fake_fetch,
+                                        .wait_limit = sh.wait_limit,
+                                        .fail_memory_ms = sh.memory_ms,
+                                        .name = "fake://source",
+                                        .ahead_max = sh.ahead,
+                                        .request_max = sh.request};
     struct tbm_cache *c;
 
-    assert_int_equal(tbm_cache_new(&fetcher, SOURCE_SIZE, slots * MIB, workers, &c), 0);
+    assert_int_equal(tbm_cache_new(&fetcher, SOURCE_SIZE, sh.slots * MIB, sh.workers, &c), 0);
     return c;
+}
+
+/* Read-ahead of a quarter of the slots, a block a request. */
+static struct tbm_cache *cache_new(struct fake *f, unsigned slots, unsigned workers)
+{
+    return cache_shaped(f, (struct shape){slots, workers, slots / 4, 1, 0, 0});
+}
+
+static double secs_since(const struct timespec *t0)
+{
+    struct timespec t;
+
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)(t.tv_sec - t0->tv_sec) + (double)(t.tv_nsec - t0->tv_nsec) / 1e9;
 }
 
 /* Frees the cache (its threads must stop) and checks what the fake saw. */
@@ -531,6 +564,111 @@ static void test_failed_fetch_reaches_every_waiter(void **state)
     done(f, c);
 }
 
+/* A reader that waits the whole wait_limit gets TBM_ERR_TRANSFER (a
+ * transfer that timed out, not a change); the block's failure is then
+ * remembered for memory_ms, so the reads that follow (the kernel's retries
+ * page by page) fail at once, and a read after that tries again. */
+static void test_failure_remembered_briefly(void **state)
+{
+    (void)state;
+    struct fake *f = fake_new();
+    struct tbm_cache *c = cache_shaped(f, (struct shape){8, 1, 2, 1, 1, 1500});
+    unsigned char buf[100];
+    struct timespec t0;
+    size_t got;
+
+    set_gate(f, true);
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    assert_int_equal(tbm_cache_read(c, buf, sizeof(buf), 2 * MIB, 0, &got), TBM_ERR_TRANSFER);
+    assert_true(secs_since(&t0) >= 0.9);
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    for (int i = 0; i < 10; i++)
+        assert_int_equal(tbm_cache_read(c, buf, sizeof(buf), 2 * MIB + 4096 * (size_t)i, 0, &got),
+                         TBM_ERR_TRANSFER);
+    assert_true(secs_since(&t0) < 0.5); /* none waited the second's wait_limit */
+    assert_int_equal(calls_of(f), 1);
+    set_gate(f, false);
+    wait_for(f, &f->finished, 1);
+    sleep_ms(100);            /* for the transfer thread to file the block */
+    read_ok(c, 2 * MIB, 100); /* the transfer given up on ended well: its bytes are served */
+    assert_int_equal(fetches_of(f, 2), 1);
+
+    /* A transfer that fails: remembered, then forgotten. */
+    f->fail_status = TBM_ERR_TRANSFER;
+    set_fail(f, 5);
+    assert_int_equal(tbm_cache_read(c, buf, sizeof(buf), 5 * MIB, 0, &got), TBM_ERR_TRANSFER);
+    assert_int_equal(tbm_cache_read(c, buf, sizeof(buf), 5 * MIB + 8192, 0, &got),
+                     TBM_ERR_TRANSFER);
+    assert_int_equal(fetches_of(f, 5), 1);
+    set_fail(f, NO_BLOCK);
+    sleep_ms(1600);
+    read_ok(c, 5 * MIB, 100);
+    assert_int_equal(fetches_of(f, 5), 2);
+    done(f, c);
+}
+
+/* A sequential reader's window doubles and its read-ahead comes in
+ * requests of several blocks: every byte right, every block fetched once. */
+static void test_read_ahead_widens(void **state)
+{
+    (void)state;
+    struct fake *f = fake_new();
+    struct tbm_cache *c = cache_shaped(f, (struct shape){64, 4, 16, 4, 0, 0});
+
+    for (uint64_t off = 0; off < SOURCE_SIZE; off += 128 << 10)
+        read_ok(c, off, 128 << 10);
+    for (unsigned b = 0; b < NBLOCKS; b++)
+        assert_int_equal(fetches_of(f, b), 1);
+    assert_true(f->longest > MIB); /* a request of several blocks */
+    assert_true(calls_of(f) < NBLOCKS);
+    done(f, c);
+}
+
+/* However wide a window is asked for, read-ahead takes at most half the
+ * slots: nothing is fetched that the cache cannot hold. */
+static void test_read_ahead_bounded_by_cache(void **state)
+{
+    (void)state;
+    struct fake *f = fake_new();
+    struct tbm_cache *c = cache_shaped(f, (struct shape){8, 8, 64, 8, 0, 0});
+
+    for (uint64_t b = 0; b < 6; b++)
+        read_block(c, b);
+    sleep_ms(100); /* for every read-ahead to end */
+    unsigned ahead = 0;
+    for (unsigned b = 6; b < NBLOCKS; b++)
+        ahead += fetches_of(f, b);
+    assert_true(ahead <= 4);
+    assert_true(ahead >= 1);
+    done(f, c);
+}
+
+/* Read-ahead stuck on a slow server holds every transfer thread but one: a
+ * random reader's block is fetched by that one, at once. */
+static void test_random_reader_not_behind_read_ahead(void **state)
+{
+    (void)state;
+    struct fake *f = fake_new();
+    struct tbm_cache *c = cache_shaped(f, (struct shape){16, 4, 8, 1, 0, 0});
+    struct reader rd;
+
+    pthread_mutex_lock(&f->lock);
+    f->gate_from = 2; /* blocks 2 to 9 wait */
+    f->gate_to = 10;
+    pthread_mutex_unlock(&f->lock);
+    set_gate(f, true);
+    read_block(c, 0);
+    read_block(c, 1); /* 2 to 5 queued ahead */
+    wait_for(f, &f->waiting, 3);
+    sleep_ms(100);
+    assert_int_equal(f->waiting, 3); /* the fourth thread is kept for readers */
+    start_reader(&rd, f, c, 12 * MIB + 100, 5000);
+    join(&rd);
+    assert_true(rd.right);
+    set_gate(f, false);
+    done(f, c);
+}
+
 /* A range across a block boundary is held as two pieces, each the bytes of
  * its block; one piece allowed is not enough, and holds nothing. */
 static void test_hold_spanning_two_blocks(void **state)
@@ -630,6 +768,10 @@ int main(void)
         cmocka_unit_test(test_nowait_never_waits),
         cmocka_unit_test(test_concurrent_readers_one_fetch),
         cmocka_unit_test(test_failed_fetch_reaches_every_waiter),
+        cmocka_unit_test(test_failure_remembered_briefly),
+        cmocka_unit_test(test_read_ahead_widens),
+        cmocka_unit_test(test_read_ahead_bounded_by_cache),
+        cmocka_unit_test(test_random_reader_not_behind_read_ahead),
         cmocka_unit_test(test_hold_spanning_two_blocks),
         cmocka_unit_test(test_invalidate),
         cmocka_unit_test(test_invalidate_from_fetch),
