@@ -4,10 +4,17 @@
  * taken in a random order (SEED) from one shared counter, so that each chunk
  * is touched by one thread and all of them run at once.
  *
- * Usage: faults FILE THREADS CHUNK_MIB SEED [normal|random|sequential]
- * (the madvise of the mapping; default normal). Prints one line:
- * "bytes N seconds S minflt N majflt N". Build: gcc -O2 -pthread */
+ * Usage: faults FILE THREADS CHUNK SEED [normal|random|sequential [COPY_TO]]
+ * CHUNK is in MiB, or in KiB with a k after it (256k); the word after SEED
+ * is the madvise of the mapping (default normal). Prints one line:
+ * "bytes N seconds S minflt N majflt N sum N". With COPY_TO, each thread
+ * copies every byte of its chunks out of the mapping (the faults then come
+ * from memcpy, all threads at once) and the copy is written to COPY_TO, for
+ * a test to compare (tests/integration/test_stress.py). Build: gcc -O2
+ * -pthread; meson builds it for the tests. */
+#ifndef _GNU_SOURCE
 #define _GNU_SOURCE
+#endif
 #include <fcntl.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -22,6 +29,7 @@
 #include <unistd.h>
 
 static const unsigned char *map;
+static unsigned char *copy; /* COPY_TO's bytes, or NULL */
 static size_t size, chunk, nchunks;
 static size_t *order;
 static atomic_size_t next;
@@ -37,6 +45,10 @@ static void *toucher(void *arg)
         if (i >= nchunks)
             break;
         size_t start = order[i] * chunk, end = start + chunk < size ? start + chunk : size;
+        if (copy) {
+            memcpy(copy + start, map + start, end - start);
+            continue;
+        }
         for (size_t off = start; off < end; off += 4096)
             sum += *(volatile const unsigned char *)(map + off);
     }
@@ -47,11 +59,12 @@ static void *toucher(void *arg)
 int main(int argc, char **argv)
 {
     if (argc < 5) {
-        fprintf(stderr, "usage: faults FILE THREADS CHUNK_MIB SEED [normal|random|sequential]\n");
+        fprintf(stderr,
+                "usage: faults FILE THREADS CHUNK SEED [normal|random|sequential [COPY_TO]]\n");
         return 2;
     }
     int threads = atoi(argv[2]);
-    chunk = (size_t)atoi(argv[3]) << 20;
+    chunk = (size_t)atoi(argv[3]) << (strchr(argv[3], 'k') ? 10 : 20);
     unsigned seed = (unsigned)atoi(argv[4]);
     int advice = MADV_NORMAL;
     if (argc > 5 && strcmp(argv[5], "random") == 0)
@@ -73,6 +86,10 @@ int main(int argc, char **argv)
     }
     map = m;
     madvise(m, size, advice);
+    if (argc > 6 && !(copy = malloc(size ? size : 1))) {
+        perror("malloc");
+        return 1;
+    }
     order = malloc(nchunks * sizeof(*order));
     for (size_t i = 0; i < nchunks; i++)
         order[i] = i;
@@ -92,6 +109,13 @@ int main(int argc, char **argv)
     clock_gettime(CLOCK_MONOTONIC, &b);
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
+    if (copy) {
+        FILE *out = fopen(argv[6], "wb");
+        if (!out || fwrite(copy, 1, size, out) != size || fclose(out) != 0) {
+            perror(argv[6]);
+            return 1;
+        }
+    }
     printf("bytes %zu seconds %.6f minflt %ld majflt %ld sum %llu\n", size,
            (double)(b.tv_sec - a.tv_sec) + (double)(b.tv_nsec - a.tv_nsec) * 1e-9, ru.ru_minflt,
            ru.ru_majflt, (unsigned long long)atomic_load(&total));

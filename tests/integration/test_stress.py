@@ -2,8 +2,11 @@
 """Concurrency stress test: reader processes open random views of a mounted model at once and
 pread random unaligned ranges (1 byte to 2 MiB), some with O_DIRECT, some through an mmap of
 dense.npy, checking every byte against NumPy references and EIO on a broken tensor's unsafe
-views, while the daemon's memory is sampled; then SIGTERM must end it with status 0.
-TBMFS_STRESS_SECONDS sets how long the readers run (default 10)."""
+views, while the daemon's memory is sampled; then SIGTERM must end it with status 0. Before
+that, page faults from many threads (issue 33): model.safetensors of fresh mounts copied out of
+one MAP_SHARED mapping by threads faulting its chunks at once, for each madvise, every byte
+checked and every run under a timeout (a deadlock fails it). TBMFS_STRESS_SECONDS sets how long
+the readers run (default 10)."""
 
 import errno
 import json
@@ -13,6 +16,7 @@ import os
 import queue as queue_mod
 import random
 import signal
+import subprocess
 import threading
 import time
 
@@ -21,6 +25,7 @@ import numpy as np
 import harness
 from harness import Mount, Skip, check, eq, mounted, read_all, run
 from tbmref import Expect, parse_npy
+from test_bridges import native_bytes, parse_safetensors
 
 SECONDS = float(os.environ.get("TBMFS_STRESS_SECONDS") or 10)
 # Reader processes by kind: plain pread through the page cache, O_DIRECT preads into aligned
@@ -35,6 +40,12 @@ MAX_LEN = 2 << 20
 # would pass it.
 RSS_BOUND_KIB = 48 << 10
 SMALL = 1 << 16  # elements: tensors this small also get their selftest read
+# scripts/faults.c as meson builds it; the runs of the page-fault case: (madvise, threads).
+# 256 KiB chunks of the ~18 MiB file: every chunk's faults go to the daemon, from 8 to 16
+# threads at once.
+FAULTS = os.environ.get("FAULTS")
+FAULT_RUNS = (("normal", 16), ("random", 8), ("sequential", 8))
+FAULT_SECONDS = 60
 gen = None
 
 
@@ -100,6 +111,32 @@ def snapshot_refs(m, cont, expects, broken):
                     eio=("raw.tb", "mask.bin", "dense.f32", "dense.npy")))
     root = Ref("", {"index.json": cont.index_bytes, "model.json": read_all(m.p("model.json"))})
     return refs, root
+
+
+def fault_copy(suite, path, expects, advice, threads):
+    """A fresh mount's model.safetensors (none of it in the page cache yet) copied out of one
+    MAP_SHARED mapping by threads that fault its 256 KiB chunks in a random order, all at once;
+    every tensor's bytes must be NumPy's, and the copy must end within FAULT_SECONDS."""
+    if not FAULTS:
+        raise Skip("FAULTS is not set (meson test sets it to its build of scripts/faults.c)")
+    m = Mount(suite, path)
+    try:
+        eq(m.start(), 0, "tbmfs exit status (%s)" % m.err.strip()[:300])
+        out = os.path.join(suite.tmp, "faults-%s.bin" % advice)
+        p = subprocess.run(["timeout", str(FAULT_SECONDS), FAULTS, m.p("model.safetensors"),
+                            str(threads), "256k", "7", advice, out], capture_output=True, text=True)
+        eq(p.returncode, 0, "faults exit status (124: not done in %d s; stderr %r)"
+           % (FAULT_SECONDS, p.stderr.strip()[:300]))
+        data = read_all(out)
+        eq(len(data), os.stat(m.p("model.safetensors")).st_size, "bytes copied")
+        _, head, start = parse_safetensors(data)
+        eq(sorted(head), sorted(e.name for e in expects), "tensors in the copy")
+        for e in expects:
+            a, b = head[e.name]["data_offsets"]
+            eq(data[start + a: start + b], native_bytes(e), "%s: bytes (madvise %s, %d threads)"
+               % (e.name, advice, threads))
+    finally:
+        m.stop()
 
 
 # ---- readers (forked processes) --------------------------------------------------------------
@@ -359,6 +396,11 @@ def main(suite):
     if "refs" not in state:
         m.stop()
         return
+    for advice, threads in FAULT_RUNS:
+        suite.case("page faults: %d threads, madvise %s, fresh mount: every byte of "
+                   "model.safetensors, no hang" % (threads, advice),
+                   lambda a=advice, t=threads: fault_copy(suite, path, expects, a, t),
+                   timeout=FAULT_SECONDS + 30)
     readers = sum(READERS.values())
     out = {}
     suite.case("stress: %d readers (%s) x %gs, every byte checked" % (
