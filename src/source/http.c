@@ -80,7 +80,8 @@ struct response {
 };
 
 /* OUT_REDIRECT: go to r->location; OUT_DENIED: the credentials were
- * refused; OUT_STOPPED: the program is stopping. */
+ * refused; OUT_TIMEOUT: no whole answer within the deadline; OUT_STOPPED:
+ * the program is stopping. */
 enum outcome {
     OUT_OK,
     OUT_RETRY,
@@ -89,6 +90,7 @@ enum outcome {
     OUT_NOMEM,
     OUT_REDIRECT,
     OUT_DENIED,
+    OUT_TIMEOUT,
     OUT_STOPPED
 };
 
@@ -487,7 +489,7 @@ static enum outcome fetch(struct http *h, CURL *easy, struct response *r,
         }
         if (left <= 0) {
             snprintf(why, whylen, "no whole answer within %ld s", deadline_ms(h) / 1000);
-            o = OUT_FAIL;
+            o = OUT_TIMEOUT;
             break;
         }
         o = ask_once(h, easy, r, &a, target ? target : h->url, left, &version, why, whylen);
@@ -565,7 +567,9 @@ static int fetch_block(void *ctx, void *worker, uint64_t off, unsigned char *con
 
     if (has_changed(h))
         return TBM_ERR_IO;
-    switch (fetch(h, worker, &r, bufs, len, off, false, why, sizeof(why))) {
+    enum outcome o = fetch(h, worker, &r, bufs, len, off, false, why, sizeof(why));
+
+    switch (o) {
     case OUT_OK:
         pthread_mutex_lock(&h->lock);
         h->denied_logged[0] = '\0';
@@ -582,8 +586,10 @@ static int fetch_block(void *ctx, void *worker, uint64_t off, unsigned char *con
     case OUT_STOPPED:
         return TBM_ERR_STOPPED;
     default:
-        tbm_log(TBM_LOG_ERROR, "%s: bytes %llu-%llu: transfer failed: %s", h->src.name,
-                (unsigned long long)off, (unsigned long long)(off + len - 1), why);
+        /* "timed out" as the cache says it when a reader's wait runs out first */
+        tbm_log(TBM_LOG_ERROR, "%s: bytes %llu-%llu: %s: %s", h->src.name,
+                (unsigned long long)off, (unsigned long long)(off + len - 1),
+                o == OUT_TIMEOUT ? "the transfer timed out" : "transfer failed", why);
         /* not a change: what it stopped is tried again */
         return TBM_ERR_TRANSFER;
     }
