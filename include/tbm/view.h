@@ -71,6 +71,9 @@ struct timespec tbm_views_mtime(const struct tbm_views *views);
  * manifest's file under its directory. */
 void tbm_views_source_name(const struct tbm_views *views, size_t t, char *buf, size_t len);
 
+/* Whether tensor t's source is known changed in place since the mount. */
+bool tbm_views_tensor_changed(const struct tbm_views *views, size_t t);
+
 /* True once, the first time it is asked after tensor t's source changed in
  * place: then buf says how ("size 100 -> 80"), for the one log line. */
 bool tbm_views_change_report(const struct tbm_views *views, size_t t, char *buf, size_t len);

@@ -1,8 +1,8 @@
 /* Failures explained: every read or open that fails with EIO is logged
  * once per tensor, row and reason (through the message channel), and a
  * source found changed in place is logged once and has the kernel's cached
- * pages of the mount dropped, so that no reader mixes the old bytes it
- * cached with the EIO that follows. */
+ * pages of the files made from it dropped, so that no reader mixes the old
+ * bytes it cached with the EIO that follows. */
 #include "fs.h"
 
 #include <pthread.h>
@@ -27,17 +27,25 @@ static bool first_time(struct tbm_fs *fs, long tensor, const struct tbm_row *row
     return fresh;
 }
 
-/* Every file inode: for a container all its tensors changed, and for a
- * manifest dropping the cache of a sound file only costs a re-read. */
-static void invalidate_all(struct tbm_fs *fs)
+/* The files made from a changed source: every root file (each may hold any
+ * tensor's bytes) and the files of each tensor whose source changed. A
+ * manifest's other tensors keep their cached pages: one file rewritten
+ * must not make readers of the rest read everything again. */
+static void invalidate_changed(struct tbm_fs *fs)
 {
-    for (fuse_ino_t ino = FUSE_ROOT_ID + 1; ino < tbm_fs_last_ino(fs); ino++)
-        fuse_lowlevel_notify_inval_inode(fs->se, ino, 0, 0);
+    for (size_t k = 0; k < fs->root_files; k++)
+        fuse_lowlevel_notify_inval_inode(fs->se, tbm_fs_file_ino(fs, -1, k), 0, 0);
+    for (size_t t = 0; t < fs->ntensors; t++) {
+        if (!tbm_views_tensor_changed(fs->views, t))
+            continue;
+        for (size_t k = 0; k < fs->tensor_files; k++)
+            fuse_lowlevel_notify_inval_inode(fs->se, tbm_fs_file_ino(fs, (long)t, k), 0, 0);
+    }
 }
 
 static void *invalidate(void *arg)
 {
-    invalidate_all(arg);
+    invalidate_changed(arg);
     return NULL;
 }
 
@@ -58,7 +66,7 @@ void tbm_fs_sources_changed(struct tbm_fs *fs)
     for (size_t t = 0; t < fs->ntensors; t++)
         report_change(fs, t);
     if (fs->se)
-        invalidate_all(fs);
+        invalidate_changed(fs);
 }
 
 static const char *reason(int status)

@@ -66,11 +66,6 @@ void tbm_fs_init(struct tbm_fs *fs, struct tbm_views *views)
     fs->failures.n = 0;
 }
 
-fuse_ino_t tbm_fs_last_ino(const struct tbm_fs *fs)
-{
-    return fs->first_tensor + (fuse_ino_t)fs->ntensors * (1 + fs->tensor_files);
-}
-
 static void op_init(void *userdata, struct fuse_conn_info *conn)
 {
     struct tbm_fs *fs = userdata;
@@ -131,9 +126,9 @@ static fuse_ino_t tensor_ino(const struct tbm_fs *fs, size_t t)
     return fs->first_tensor + (fuse_ino_t)t * (1 + fs->tensor_files);
 }
 
-static fuse_ino_t file_ino(const struct tbm_fs *fs, size_t t, size_t k)
+fuse_ino_t tbm_fs_file_ino(const struct tbm_fs *fs, long t, size_t k)
 {
-    return tensor_ino(fs, t) + 1 + k;
+    return t < 0 ? INO_FIRST_ROOT_FILE + k : tensor_ino(fs, (size_t)t) + 1 + k;
 }
 
 /* The tensor of a file node; root files take 0, which their views ignore. */
@@ -220,8 +215,9 @@ static fuse_ino_t lookup_root(const struct tbm_fs *fs, const char *name)
     const struct tbm_row *row = tbm_row_find(TBM_ROW_ROOT, name);
 
     if (row)
-        return tbm_row_present(fs->views, row) ? INO_FIRST_ROOT_FILE + row_index(TBM_ROW_ROOT, row)
-                                               : 0;
+        return tbm_row_present(fs->views, row)
+                   ? tbm_fs_file_ino(fs, -1, row_index(TBM_ROW_ROOT, row))
+                   : 0;
     return strcmp(name, "tensors") == 0 ? INO_TENSORS : 0;
 }
 
@@ -229,7 +225,7 @@ static fuse_ino_t lookup_tensor_file(const struct tbm_fs *fs, size_t t, const ch
 {
     const struct tbm_row *row = tbm_row_find(TBM_ROW_TENSOR, name);
 
-    return row ? file_ino(fs, t, row_index(TBM_ROW_TENSOR, row)) : 0;
+    return row ? tbm_fs_file_ino(fs, (long)t, row_index(TBM_ROW_TENSOR, row)) : 0;
 }
 
 static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
@@ -291,7 +287,7 @@ static bool dir_entry(const struct tbm_fs *fs, fuse_ino_t dir, const struct node
             return true;
         }
         *name = tbm_row_name(tbm_row_at(TBM_ROW_ROOT, i));
-        *ino = INO_FIRST_ROOT_FILE + i;
+        *ino = tbm_fs_file_ino(fs, -1, i);
         *mode = S_IFREG;
         return true;
     }
@@ -305,7 +301,7 @@ static bool dir_entry(const struct tbm_fs *fs, fuse_ino_t dir, const struct node
     if (i >= fs->tensor_files)
         return false;
     *name = tbm_row_name(tbm_row_at(TBM_ROW_TENSOR, i));
-    *ino = file_ino(fs, (size_t)n->tensor, i);
+    *ino = tbm_fs_file_ino(fs, n->tensor, i);
     *mode = S_IFREG;
     return true;
 }

@@ -50,8 +50,9 @@ struct tbm_fs {
     struct tbm_fs_failures failures;
 };
 
-/* One past the largest inode number of the tree. */
-fuse_ino_t tbm_fs_last_ino(const struct tbm_fs *fs);
+/* The inode of the file of row k of tensor t's directory, or with t -1 of
+ * row k of the root. */
+fuse_ino_t tbm_fs_file_ino(const struct tbm_fs *fs, long t, size_t k);
 
 /* Reports a failed read or open of row's file (row NULL: the computing of
  * its statistics, apart from any file) of tensor
@@ -61,7 +62,8 @@ fuse_ino_t tbm_fs_last_ino(const struct tbm_fs *fs);
 void tbm_fs_failed(struct tbm_fs *fs, long tensor, const struct tbm_row *row, int status);
 
 /* Logs, once each, the sources found changed since the mount and drops the
- * kernel's cache of every file of the tree. From a thread that serves no
+ * kernel's cache of the files made from them: the root's files and the
+ * files of each tensor whose source changed. From a thread that serves no
  * request: the kernel may hold the very pages a request is answering. */
 void tbm_fs_sources_changed(struct tbm_fs *fs);
 

@@ -293,6 +293,13 @@ void tbm_views_source_name(const struct tbm_views *v, size_t t, char *buf, size_
         snprintf(buf, len, "%s", v->model->path);
 }
 
+bool tbm_views_tensor_changed(const struct tbm_views *v, size_t t)
+{
+    const struct tbm_source *src = v->model->tensors[t].src;
+
+    return src && atomic_load(&src->changed);
+}
+
 bool tbm_views_change_report(const struct tbm_views *v, size_t t, char *buf, size_t len)
 {
     struct tbm_source *src = v->model->tensors[t].src;

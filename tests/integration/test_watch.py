@@ -2,10 +2,13 @@
 """Integration test of change detection that does not wait for a request (contract v2, "A
 source that changes under the mount"): views read before an in-place change (and so in the
 kernel's page cache) fail with EIO when read again at once, for a rewrite, a truncation and an
-append, of a container and of one file of a manifest; the change is logged once; a file rewritten
-over and over once changed costs the daemon no CPU per event."""
+append, of a container and of one file of a manifest; the change is logged once; the other files
+of a manifest keep their cached pages; a file rewritten over and over once changed costs the
+daemon no CPU per event."""
 
+import ctypes
 import json
+import mmap
 import os
 import time
 
@@ -103,8 +106,59 @@ def flood(suite, gen):
               "changed" % used)
 
 
+def resident(path):
+    """How many of the file's pages the kernel's page cache holds (mincore of a mapping that
+    reads nothing)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mmap.restype = ctypes.c_void_p
+    libc.mmap.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int,
+                          ctypes.c_int, ctypes.c_long)
+    libc.mincore.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_char_p)
+    libc.munmap.argtypes = (ctypes.c_void_p, ctypes.c_size_t)
+    size = os.path.getsize(path)
+    vec = ctypes.create_string_buffer((size + mmap.PAGESIZE - 1) // mmap.PAGESIZE)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        addr = libc.mmap(None, size, mmap.PROT_READ, mmap.MAP_SHARED, fd, 0)
+        check(addr != ctypes.c_void_p(-1).value, "mmap %s: errno %d" % (path, ctypes.get_errno()))
+        try:
+            eq(libc.mincore(addr, size, vec), 0, "mincore %s" % path)
+        finally:
+            libc.munmap(addr, size)
+    finally:
+        os.close(fd)
+    return sum(b & 1 for b in vec.raw), len(vec.raw)
+
+
+def others_kept(suite, gen):
+    """One file of a manifest rewritten: the files made from it and the root's lose their cached
+    pages, the other tensors' keep theirs (each drop makes every reader of them read again)."""
+    source = os.path.join(suite.tmp, "kept")
+    models.write_manifest(gen, source, tensors(gen, 10))
+    models.write_manifest(gen, os.path.join(suite.tmp, "kept-other"), tensors(gen, 20))
+    with open(os.path.join(source, "manifest.json")) as f:
+        name = json.load(f)["tensors"][1]["file"]
+    with Mount(suite, source) as m:
+        eq(m.start(), 0, "mount")
+        kept = [m.p("tensors", "a.fp32", v) for v in VIEWS]
+        dropped = [m.p("model.safetensors")] + [m.p("tensors", "b.fp16", v) for v in VIEWS]
+        for p in kept + dropped:
+            read_all(p)
+            got, pages = resident(p)
+            eq(got, pages, "%s's pages cached before the change" % p)
+        change(os.path.join(source, name), "rewrite", os.path.join(suite.tmp, "kept-other", name))
+        time.sleep(0.3)
+        for p in kept:
+            got, pages = resident(p)
+            eq(got, pages, "%s's pages cached after b.fp16's file changed" % p)
+        for p in dropped:
+            eq(resident(p)[0], 0, "%s's pages cached after b.fp16's file changed" % p)
+
+
 def main(suite):
     gen = harness.load_gen()
+    suite.case("one file of a manifest changed: only the files made from it lose their cache",
+               lambda: others_kept(suite, gen), timeout=60)
     suite.case("a flood of events on a changed file: the tree's cache dropped once",
                lambda: flood(suite, gen), timeout=60)
     for kind in ("container", "manifest"):
