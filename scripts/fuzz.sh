@@ -47,17 +47,23 @@ case "$only" in
 esac
 
 # fuzzer-no-link gives every target, the library included, the coverage
-# instrumentation libFuzzer steers by; UBSan findings abort instead of going on.
+# instrumentation libFuzzer steers by, but for the harnesses themselves
+# (tests/fuzz/coverage.ignore); UBSan findings abort instead of going on.
 if [ "$only" != run ]; then
     if [ ! -f "$build/build.ninja" ]; then
         CC=clang meson setup "$build" -Dfuzz=true -Db_sanitize=address,undefined -Db_lundef=false \
-            -Dc_args='-fsanitize=fuzzer-no-link -fno-sanitize-recover=all'
+            -Dc_args="-fsanitize=fuzzer-no-link -fno-sanitize-recover=all -fsanitize-coverage-ignorelist=$PWD/tests/fuzz/coverage.ignore"
     fi
     ninja -C "$build" "tests/fuzz/$target"
 fi
 [ "$only" = build ] && exit 0
 
-work=$(mktemp -d "${TMPDIR:-/tmp}/tbm-fuzz-run.XXXXXX")
+# In memory (/dev/shm) unless TMPDIR says where: the target writes each
+# input's container, blob and manifest files there, and on a disk's file
+# system every execution would pay for its journal.
+base=${TMPDIR:-/dev/shm}
+[ -d "$base" ] && [ -w "$base" ] || base=/tmp
+work=$(mktemp -d "$base/tbm-fuzz-run.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 mkdir "$work/artifacts"
 corpus=${FUZZ_CORPUS:-$work/corpus}
