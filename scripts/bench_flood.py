@@ -101,12 +101,12 @@ def main():
     src, b_file = make_source()
     cases = [(name, prog, flood) for name, prog in builds for flood in (False, True)]
     got = {c: [] for c in cases}
-    print("load before: %s" % os.getloadavg().__repr__(), flush=True)
+    print("load before: %.2f %.2f %.2f" % os.getloadavg(), flush=True)
     with bench.mount_owner():
         for r in range(a.runs):
             for c in bench.rotated(cases, r):
                 got[c].append(one(c[1], src, b_file, c[2], a.seconds))
-    print("load after: %s" % os.getloadavg().__repr__())
+    print("load after: %.2f %.2f %.2f" % os.getloadavg())
     med = statistics.median
     print("%-24s %10s %14s %14s" % ("medians of %d" % a.runs, "MB/s", "daemon cpu s",
                                       "daemon reads"))
