@@ -213,6 +213,12 @@ static bool failed_lately(const struct slot *s)
     return s->state != SLOT_READY && s->fail_until && now_ms() < s->fail_until;
 }
 
+/* Until when a failure now is remembered (0: not at all). */
+static uint64_t fail_deadline(const struct tbm_cache *c)
+{
+    return c->f.fail_memory_ms ? now_ms() + c->f.fail_memory_ms : 0;
+}
+
 /* A failed slot nobody holds: kept at the cold end of the LRU list (the
  * first taken) while its failure is remembered, else let go. */
 static void settle_failed(struct tbm_cache *c, struct slot *s)
@@ -233,7 +239,7 @@ static void gave_up(struct tbm_cache *c, struct slot *s)
     bool fresh = !failed_lately(s);
 
     s->err = TBM_ERR_TRANSFER;
-    s->fail_until = c->f.fail_memory_ms ? now_ms() + c->f.fail_memory_ms : 0;
+    s->fail_until = fail_deadline(c);
     if (fresh)
         tbm_log(TBM_LOG_ERROR,
                 "%s: bytes %" PRIu64 "-%" PRIu64 ": the transfer timed out: not here within "
@@ -333,8 +339,7 @@ static void settle_run(struct tbm_cache *c, struct slot **run, unsigned n, int r
         s->state = SLOT_FAILED;
         s->err = r < 0 ? r : TBM_ERR_IO;
         /* a refusal is not remembered: new credentials are tried at once */
-        s->fail_until =
-            r == TBM_ERR_TRANSFER && c->f.fail_memory_ms ? now_ms() + c->f.fail_memory_ms : 0;
+        s->fail_until = r == TBM_ERR_TRANSFER ? fail_deadline(c) : 0;
         if (s->refs == 0)
             settle_failed(c, s);
     }

@@ -77,17 +77,25 @@ static int set_request_size(void *opts, const char *value, const char **why)
                        &((struct tbm_http_options *)opts)->request_size);
 }
 
-static int set_connections(void *opts, const char *value, const char **why)
+/* A whole number from min to max, in decimal, nothing after it. */
+static int parse_count(const char *value, unsigned min, unsigned max, unsigned *out)
 {
     char *end;
 
-    *why = "must be 1 to 64 connections";
+    if (*value < '0' || *value > '9')
+        return -1;
     errno = 0;
     unsigned long v = strtoul(value, &end, 10);
-    if (*value < '0' || *value > '9' || errno || *end || v < 1 || v > 64)
+    if (errno || *end || v < min || v > max)
         return -1;
-    ((struct tbm_http_options *)opts)->connections = (unsigned)v;
+    *out = (unsigned)v;
     return 0;
+}
+
+static int set_connections(void *opts, const char *value, const char **why)
+{
+    *why = "must be 1 to 64 connections";
+    return parse_count(value, 1, 64, &((struct tbm_http_options *)opts)->connections);
 }
 
 /* One header line, kept for every request. */
@@ -110,15 +118,8 @@ static int set_http_header(void *opts, const char *value, const char **why)
 
 static int set_http_timeout(void *opts, const char *value, const char **why)
 {
-    char *end;
-
     *why = "must be 1 to 3600 seconds";
-    errno = 0;
-    unsigned long v = strtoul(value, &end, 10);
-    if (*value < '0' || *value > '9' || errno || *end || v < 1 || v > 3600)
-        return -1;
-    ((struct tbm_http_options *)opts)->timeout = (unsigned)v;
-    return 0;
+    return parse_count(value, 1, 3600, &((struct tbm_http_options *)opts)->timeout);
 }
 
 /* The transport's options, in the order --help lists them; every scheme's
