@@ -276,7 +276,7 @@ def daemon_cpu(pid):
         try:
             with open("/proc/%d/task/%s/schedstat" % (pid, tid)) as f:
                 total += int(f.read().split()[0])
-        except FileNotFoundError:  # a thread gone since the listing
+        except (FileNotFoundError, ProcessLookupError):  # a thread gone since the listing
             pass
     return total / 1e9
 

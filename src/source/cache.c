@@ -4,7 +4,7 @@
  * request; read-ahead in runs of blocks, one request a run), and every
  * reader of a block waits for the one transfer that fills it. A sequential
  * reader's read-ahead window doubles with every block it reads on, up to
- * f.ahead_max blocks and half the slots. */
+ * f.ahead_max blocks and three quarters of the slots. */
 #include "cache.h"
 
 #include <assert.h>
@@ -56,6 +56,7 @@ struct tbm_cache {
     unsigned readahead;   /* the widest window, in blocks */
     unsigned request_max; /* blocks in one read-ahead request */
     unsigned ahead_busy;  /* transfer threads fetching ahead */
+    size_t ahead_queued;  /* blocks in ahead_q */
     bool stale;
     pthread_mutex_t lock;
     pthread_cond_t done; /* a slot was filled, failed or let go */
@@ -274,6 +275,7 @@ static void enqueue(struct tbm_cache *c, struct slot *s, uint64_t block, bool de
     s->hnext = *b;
     *b = s;
     list_append(demand ? &c->demand_q : &c->ahead_q, &s->link);
+    c->ahead_queued += !demand;
     start_workers(c);
     pthread_cond_signal(&c->work);
 }
@@ -295,13 +297,31 @@ static int load(struct tbm_cache *c, void *w, struct slot **run, unsigned char *
     return c->f.fetch(c->f.ctx, w, off, bufs, len);
 }
 
-/* Read-ahead leaves a thread or two to readers' blocks, so that a random
- * reader's block never waits behind a long read-ahead. */
-static bool ahead_allowed(const struct tbm_cache *c)
+/* The transfer threads that may fetch ahead at once: read-ahead leaves a
+ * thread or two to readers' blocks, so that a random reader's block never
+ * waits behind a long read-ahead. */
+static unsigned ahead_threads(const struct tbm_cache *c)
 {
     unsigned kept = c->max_workers / 8 ? c->max_workers / 8 : 1;
 
-    return c->max_workers <= kept || c->ahead_busy < c->max_workers - kept;
+    return c->max_workers <= kept ? c->max_workers : c->max_workers - kept;
+}
+
+static bool ahead_allowed(const struct tbm_cache *c)
+{
+    return c->ahead_busy < ahead_threads(c);
+}
+
+/* Blocks in the next read-ahead request: at most request_max, and no more
+ * than this thread's share of what is queued, so that a window just
+ * widened goes out over every idle connection at once instead of down one
+ * (a connection's rate is capped on a far link). */
+static unsigned run_limit(const struct tbm_cache *c)
+{
+    unsigned idle = ahead_threads(c) - c->ahead_busy; /* this thread among them */
+    size_t share = (c->ahead_queued + idle - 1) / idle;
+
+    return share < c->request_max ? (unsigned)share : c->request_max;
 }
 
 /* The next request's blocks, taken off their queue into run: a reader's
@@ -310,13 +330,14 @@ static unsigned take_run(struct tbm_cache *c, struct slot **run)
 {
     bool ahead = list_empty(&c->demand_q);
     struct slot *s = slot_of(ahead ? c->ahead_q.next : c->demand_q.next);
-    unsigned n = 0;
+    unsigned n = 0, limit = ahead ? run_limit(c) : 1;
 
     for (;;) {
         list_del(&s->link);
         s->state = SLOT_LOADING;
+        c->ahead_queued -= ahead;
         run[n++] = s;
-        if (!ahead || n == c->request_max)
+        if (n == limit)
             break;
         s = lookup(c, s->block + 1);
         if (!s || s->state != SLOT_QUEUED || s->demand)
@@ -364,6 +385,7 @@ static void *worker_main(void *arg)
         if (n == 0) { /* no memory for the run: the queue's head fails */
             struct slot *s = slot_of(ahead ? c->ahead_q.next : c->demand_q.next);
             list_del(&s->link);
+            c->ahead_queued -= ahead;
             s->state = SLOT_LOADING;
             settle_run(c, &s, 1, TBM_ERR_NOMEM);
             pthread_cond_broadcast(&c->done);
@@ -502,6 +524,7 @@ static int acquire(struct tbm_cache *c, uint64_t block, unsigned mode, bool slot
         if (s->state == SLOT_QUEUED && !s->demand) {
             list_del(&s->link);
             list_append(&c->demand_q, &s->link);
+            c->ahead_queued--;
             s->demand = true;
         }
         /* asked for first, so that the thread that may wait finds it on
@@ -650,6 +673,7 @@ void tbm_cache_invalidate(struct tbm_cache *c)
         if (s->refs == 0)
             release(c, s);
     }
+    c->ahead_queued = 0;
     for (struct link *l = c->lru.next, *next; l != &c->lru; l = next) {
         next = l->next;
         struct slot *s = slot_of(l);
@@ -733,10 +757,13 @@ int tbm_cache_new(const struct tbm_cache_fetcher *f, uint64_t size, uint64_t cac
     c->f = *f;
     c->size = size;
     c->max_workers = workers ? workers : 1;
-    /* Read-ahead takes at most half the slots, so that readers always have
-     * room (and it takes only slots already read: it never pushes out what
-     * another reader is about to use). */
-    c->readahead = (unsigned)(c->nslots / 2 < f->ahead_max ? c->nslots / 2 : f->ahead_max);
+    /* Read-ahead takes at most three quarters of the slots, so that readers
+     * always have room (and it takes only slots already read: it never
+     * pushes out what another reader is about to use). On a far link what is
+     * in flight is the rate times a request's time, and half the default
+     * cache held back 21 connections at 25 MB/s each. */
+    size_t most = c->nslots * 3 / 4;
+    c->readahead = (unsigned)(most < f->ahead_max ? most : f->ahead_max);
     c->request_max = f->request_max ? f->request_max : 1;
     list_init(&c->free);
     list_init(&c->lru);

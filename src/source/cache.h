@@ -33,7 +33,7 @@ struct tbm_cache_fetcher {
     unsigned fail_memory_ms;
     const char *name; /* the source's, for messages */
     /* A sequential reader's widest read-ahead window, in blocks (at most
-     * half the slots; 0: no read-ahead), and the most blocks one
+     * three quarters of the slots; 0: no read-ahead), and the most blocks one
      * read-ahead request asks for (0: 1). */
     unsigned ahead_max, request_max;
 };

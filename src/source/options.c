@@ -131,8 +131,8 @@ static const struct tbm_option_row transport[] = {
      .set = set_cache_size},
     {.shown = {"readahead", "BYTES",
                "HTTP(S) SOURCE: a sequential reader's widest read-ahead window; it starts\n"
-               "at 2M and doubles with every 1M read on (default 256M, at most half of\n"
-               "cache_size; 0: none)"},
+               "at 2M and doubles with every 1M read on (default 256M, at most three\n"
+               "quarters of cache_size; 0: none)"},
      .set = set_readahead},
     {.shown = {"http_request_size", "BYTES",
                "HTTP(S) SOURCE: the largest request of a read-ahead (default 8M; 1M to\n"
@@ -140,7 +140,7 @@ static const struct tbm_option_row transport[] = {
      .set = set_request_size},
     {.shown = {"http_connections", "N",
                "HTTP(S) SOURCE: requests (and kept-alive connections) at once (default\n"
-               "16; 1 to 64); read-ahead leaves an eighth of them (at least one) to\n"
+               "24; 1 to 64); read-ahead leaves an eighth of them (at least one) to\n"
                "readers' own blocks"},
      .set = set_connections},
     {.shown = {"http_header", "\"Name: value\"",
