@@ -27,7 +27,9 @@ def main(suite):
            for k in range(2 * N)]
     models.write_container(gen, os.path.join(root, "big.tbm"), big)
     with httpserve.Nginx(os.path.join(suite.tmp, "nginx"), root) as nginx:
-        m = suite.mount(nginx.url("slow/big.tbm"), args=["-o", "max_threads=2"],
+        # no read-ahead: each read below must wait for the slow server itself (a window
+        # over 21 connections had fetched the next tensor before it was asked for)
+        m = suite.mount(nginx.url("slow/big.tbm"), args=["-o", "max_threads=2,readahead=0"],
                         name="mount from a slow server, two FUSE workers")
         with m:
             def known(k):
