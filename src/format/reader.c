@@ -22,9 +22,16 @@ int tbm_reader_read(struct tbm_reader *r, struct tbm_source *src, void *dst, siz
     if (!r->buf && !(r->buf = malloc(TBM_READER_WINDOW)))
         return TBM_ERR_NOMEM;
     /* A window that served more than the read that filled it earns a larger
-     * one; one that did not starts small again, so that the headers of large
-     * tensors, far apart, cost small reads. */
-    r->size = r->hit ? 2 * r->size : TBM_READER_FIRST;
+     * one, and on a local file so does one whose next read lies less than
+     * its size past its end: a header is a whole page, so the next tensor's
+     * never lies inside a first window however small the tensor between
+     * (a pread per header: a 20,000-tensor mount took 130 ms, not 106). A remote
+     * source has its headers fetched ahead as hints, which a wider window
+     * would overrun. One that did neither starts small again, so that the
+     * headers of large tensors, far apart, cost small reads. */
+    bool near = src == r->src && !src->ops->prefetch && off >= r->start + r->len &&
+                off - (r->start + r->len) < r->size;
+    r->size = r->hit || near ? 2 * r->size : TBM_READER_FIRST;
     r->size = r->size > TBM_READER_WINDOW ? TBM_READER_WINDOW : r->size < len ? len : r->size;
     r->hit = false;
     int status = tbm_source_read(src, r->buf, r->size, off, NULL, &got);

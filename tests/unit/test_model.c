@@ -13,6 +13,7 @@
 
 #include <cmocka.h>
 
+#include "format/internal.h"
 #include "format/table.h"
 
 static char dir[64];
@@ -378,6 +379,60 @@ static bool mask_case(uint32_t n, uint32_t m, uint64_t nw, uint64_t nmask,
 }
 
 /* The contract's order of mask lengths [v2], at the edges of each. */
+/* A source in memory that counts the reads that reach it. */
+struct counted {
+    struct tbm_source src;
+    const unsigned char *bytes;
+    size_t size, reads;
+};
+
+static int counted_read(struct tbm_source *src, void *buf, size_t len, uint64_t off, unsigned mode,
+                        size_t *got)
+{
+    struct counted *c = (struct counted *)src;
+
+    (void)mode;
+    c->reads++;
+    *got = off >= c->size ? 0 : len < c->size - off ? len : c->size - (size_t)off;
+    memcpy(buf, c->bytes + off, *got);
+    return 0;
+}
+
+/* The headers of small tensors side by side, each 4096 + 36 bytes past the
+ * last (as in an index of 5,000 tiny tensors), are read through a window that
+ * grows to hold many of them, not with one read each; the headers of large
+ * tensors far apart still cost one small read each. */
+static void test_reader_window_grows_over_neighbours(void **state)
+{
+    static const struct tbm_source_ops ops = {.read = counted_read};
+    enum { N = 1000, STRIDE = 4132, FAR = 64 << 20 };
+    size_t size = (size_t)N * STRIDE;
+    unsigned char *bytes = malloc(size), got[49];
+    struct counted c = {.src = {.ops = &ops}, .bytes = bytes, .size = size};
+    struct tbm_reader rd = TBM_READER_INIT;
+
+    (void)state;
+    assert_non_null(bytes);
+    for (size_t i = 0; i < size; i++)
+        bytes[i] = (unsigned char)(i * 7 + i / 251);
+    for (size_t k = 0; k < N; k++) {
+        assert_int_equal(tbm_reader_read(&rd, &c.src, got, sizeof(got), k * STRIDE), 0);
+        assert_memory_equal(got, bytes + k * STRIDE, sizeof(got));
+    }
+    /* 1 + 2 + ... windows up to 256 KiB, then one per 63 headers: about 75 */
+    assert_in_range(c.reads, 1, 100);
+
+    unsigned char *big = calloc(1, (size_t)4 * FAR);
+    assert_non_null(big);
+    struct counted far = {.src = {.ops = &ops}, .bytes = big, .size = (size_t)4 * FAR};
+    for (size_t k = 0; k < 4; k++)
+        assert_int_equal(tbm_reader_read(&rd, &far.src, got, sizeof(got), k * FAR), 0);
+    assert_int_equal(far.reads, 4);
+    tbm_reader_free(&rd);
+    free(big);
+    free(bytes);
+}
+
 static void test_mask_layouts(void **state)
 {
     enum tbm_mask_layout l;
@@ -680,6 +735,7 @@ int main(void)
         cmocka_unit_test(test_bare_blob),
         cmocka_unit_test(test_manifest_files),
         cmocka_unit_test(test_mask_layouts),
+        cmocka_unit_test(test_reader_window_grows_over_neighbours),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
