@@ -29,8 +29,8 @@ int tbm_reader_read(struct tbm_reader *r, struct tbm_source *src, void *dst, siz
      * source has its headers fetched ahead as hints, which a wider window
      * would overrun. One that did neither starts small again, so that the
      * headers of large tensors, far apart, cost small reads. */
-    bool near = src == r->src && !src->ops->prefetch && off >= r->start + r->len &&
-                off - (r->start + r->len) < r->size;
+    uint64_t end = r->start + r->len;
+    bool near = src == r->src && !src->ops->prefetch && off >= end && off - end < r->size;
     r->size = r->hit || near ? 2 * r->size : TBM_READER_FIRST;
     r->size = r->size > TBM_READER_WINDOW ? TBM_READER_WINDOW : r->size < len ? len : r->size;
     r->hit = false;

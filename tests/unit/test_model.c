@@ -378,7 +378,6 @@ static bool mask_case(uint32_t n, uint32_t m, uint64_t nw, uint64_t nmask,
     return usable;
 }
 
-/* The contract's order of mask lengths [v2], at the edges of each. */
 /* A source in memory that counts the reads that reach it. */
 struct counted {
     struct tbm_source src;
@@ -401,13 +400,14 @@ static int counted_read(struct tbm_source *src, void *buf, size_t len, uint64_t 
 /* The headers of small tensors side by side, each 4096 + 36 bytes past the
  * last (as in an index of 5,000 tiny tensors), are read through a window that
  * grows to hold many of them, not with one read each; the headers of large
- * tensors far apart still cost one small read each. */
+ * tensors far apart (here 1 MiB, four windows of 256 KiB) still cost one small read
+ * each. */
 static void test_reader_window_grows_over_neighbours(void **state)
 {
     static const struct tbm_source_ops ops = {.read = counted_read};
-    enum { N = 1000, STRIDE = 4132, FAR = 64 << 20 };
+    enum { N = 1000, STRIDE = 4132, FAR = 1 << 20 };
     size_t size = (size_t)N * STRIDE;
-    unsigned char *bytes = malloc(size), got[49];
+    unsigned char *bytes = malloc(size), got[49]; /* a header's fields */
     struct counted c = {.src = {.ops = &ops}, .bytes = bytes, .size = size};
     struct tbm_reader rd = TBM_READER_INIT;
 
@@ -433,6 +433,7 @@ static void test_reader_window_grows_over_neighbours(void **state)
     free(bytes);
 }
 
+/* The contract's order of mask lengths [v2], at the edges of each. */
 static void test_mask_layouts(void **state)
 {
     enum tbm_mask_layout l;
