@@ -50,7 +50,8 @@ struct tbm_views_options {
 #define TBM_BATCH_MAX     1024
 
 /* Prepares the views of an opened model (which must outlive them); opts may
- * be NULL for the defaults. */
+ * be NULL for the defaults. Closing them closes every file of theirs still
+ * open (tbm_file_open), which no thread may be reading then. */
 int tbm_views_open(const struct tbm_model *model, const struct tbm_views_options *opts,
                    struct tbm_views **out);
 void tbm_views_close(struct tbm_views *views);

@@ -15,6 +15,7 @@ struct tbm_results;    /* results rendered once and shared (results.c) */
 struct tbm_result;     /* one of them: immutable, reference-counted */
 struct tbm_row_slot;   /* what the table keeps per row (view.c) */
 struct tbm_gguf_vocab; /* the GGUF files' vocabulary (gguf.h) */
+struct tbm_open_files; /* the files open and not released (view.c) */
 
 struct tbm_views {
     const struct tbm_model *model;
@@ -23,7 +24,8 @@ struct tbm_views {
     struct tbm_results *results;
     struct tbm_row_slot *slots;   /* one per row of the table */
     struct tbm_gguf_vocab *vocab; /* NULL: no tokenizer */
-    char *tokenizer_note;         /* opts.tokenizer_note's copy */
+    struct tbm_open_files *open;
+    char *tokenizer_note; /* opts.tokenizer_note's copy */
     /* stats_nowait: per tensor, and for every tensor, whether someone is
      * having the statistics computed (pending.c) */
     atomic_bool *asked;

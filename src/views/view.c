@@ -166,6 +166,14 @@ static size_t row_index(const struct tbm_row *row)
     return (size_t)(row - table);
 }
 
+/* The files open and not yet closed. A session can end (SIGTERM, an
+ * unmount) before the kernel's release of a file closed just before it
+ * reaches the daemon, which never closes that file then: the views do. */
+struct tbm_open_files {
+    pthread_mutex_t lock;
+    struct tbm_file *head;
+};
+
 void *tbm_row_state(const struct tbm_views *v, const struct tbm_row *row)
 {
     return v->slots[row_index(row)].state;
@@ -190,6 +198,9 @@ int tbm_views_open(const struct tbm_model *model, const struct tbm_views_options
     if (opts && opts->tokenizer_note && !(v->tokenizer_note = strdup(opts->tokenizer_note)))
         goto out_err;
     /* before the rows: every GGUF file's layout holds the vocabulary */
+    if (!(v->open = calloc(1, sizeof(*v->open))))
+        goto out_err;
+    pthread_mutex_init(&v->open->lock, NULL);
     if (!(v->slots = calloc(ROWS, sizeof(*v->slots))) || (r = tbm_results_init(v)) < 0 ||
         (r = tbm_selftests_init(v)) < 0 || (r = tbm_views_pending_init(v)) < 0 ||
         (r = tbm_gguf_vocab_open(v->opts.tokenizer, model->config, &v->vocab)) < 0)
@@ -214,6 +225,13 @@ void tbm_views_close(struct tbm_views *v)
 {
     if (!v)
         return;
+    if (v->open) {
+        /* before the results: a file holds a reference to its result */
+        while (v->open->head)
+            tbm_file_close(v->open->head);
+        pthread_mutex_destroy(&v->open->lock);
+        free(v->open);
+    }
     tbm_results_free(v);
     tbm_selftests_free(v);
     tbm_views_pending_free(v);
@@ -558,7 +576,8 @@ struct tbm_file {
     const struct tbm_views *v;
     const struct tbm_row *row;
     size_t t;
-    struct tbm_result *result; /* a rendered row's content */
+    struct tbm_result *result;    /* a rendered row's content */
+    struct tbm_file *prev, *next; /* in v->open */
 };
 
 int tbm_file_open(const struct tbm_views *v, const struct tbm_row *row, size_t t,
@@ -579,6 +598,12 @@ int tbm_file_open(const struct tbm_views *v, const struct tbm_row *row, size_t t
             return r;
         }
     }
+    pthread_mutex_lock(&v->open->lock);
+    f->next = v->open->head;
+    if (f->next)
+        f->next->prev = f;
+    v->open->head = f;
+    pthread_mutex_unlock(&v->open->lock);
     *out = f;
     return 0;
 }
@@ -587,6 +612,15 @@ void tbm_file_close(struct tbm_file *f)
 {
     if (!f)
         return;
+    struct tbm_open_files *open = f->v->open;
+    pthread_mutex_lock(&open->lock);
+    if (f->prev)
+        f->prev->next = f->next;
+    else
+        open->head = f->next;
+    if (f->next)
+        f->next->prev = f->prev;
+    pthread_mutex_unlock(&open->lock);
     tbm_result_put(f->result);
     free(f);
 }

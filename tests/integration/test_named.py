@@ -195,11 +195,12 @@ def sighup_fifo(suite, model_path):
                 os.kill(m.pid, signal.SIGTERM)
                 rc = m.wait_exit(20)
                 took = time.monotonic() - t0
-                eq(rc, 0, "exit status after SIGTERM (%.1f s)" % took)
-                check(took < 5, "the daemon took %.1f s to end" % took)
-                check(not mounted(m.path), "still mounted after SIGTERM")
+                still = mounted(m.path)
             finally:
                 err = finish(m)
+            eq(rc, 0, "exit status after SIGTERM (%.1f s; stderr ends %r)" % (took, err[-2000:]))
+            check(took < 5, "the daemon took %.1f s to end" % took)
+            check(not still, "still mounted after SIGTERM")
             lines = [line for line in err.splitlines() if "credentials not read again" in line]
             eq(len(lines), 1, "lines about the credentials file (%r)" % err[-400:])
             check(cred in lines[0] and "FIFO" in lines[0], "the line: %r" % lines[0])
