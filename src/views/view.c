@@ -197,10 +197,10 @@ int tbm_views_open(const struct tbm_model *model, const struct tbm_views_options
     v->opts.tokenizer_note = NULL;
     if (opts && opts->tokenizer_note && !(v->tokenizer_note = strdup(opts->tokenizer_note)))
         goto out_err;
-    /* before the rows: every GGUF file's layout holds the vocabulary */
     if (!(v->open = calloc(1, sizeof(*v->open))))
         goto out_err;
     pthread_mutex_init(&v->open->lock, NULL);
+    /* before the rows: every GGUF file's layout holds the vocabulary */
     if (!(v->slots = calloc(ROWS, sizeof(*v->slots))) || (r = tbm_results_init(v)) < 0 ||
         (r = tbm_selftests_init(v)) < 0 || (r = tbm_views_pending_init(v)) < 0 ||
         (r = tbm_gguf_vocab_open(v->opts.tokenizer, model->config, &v->vocab)) < 0)
