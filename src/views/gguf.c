@@ -111,6 +111,35 @@ static int quant_bytes(const struct tbm_views *v, const struct tbm_gguf_tensor *
     return 0;
 }
 
+/* Whole GGUF rows [g, g + n) of a permuted tensor (row bytes each) into out,
+ * n rows inside g's head and at most as many of either half as the f32
+ * scratch holds: the rows of even place in the head lie back to back in the
+ * first half of its stored rows, those of odd place in the second, so each
+ * half is one masked read into the scratch, its rows then put in place. */
+static int permuted_rows(const struct tbm_views *v, const struct tbm_gguf_tensor *gt,
+                         struct scratch *s, char *out, uint64_t g, uint64_t n, uint64_t row,
+                         struct tbm_request *req)
+{
+    const struct tbm_tensor *t = &v->model->tensors[gt->t];
+    uint64_t d = gt->rows / gt->heads;
+    char *stage = (char *)s->f32;
+
+    for (uint64_t odd = 0; odd < 2; odd++) {
+        uint64_t first = g + (g % d % 2 != odd);
+        if (first >= g + n)
+            continue;
+        uint64_t count = (g + n - first + 1) / 2;
+        assert(count * row <= sizeof(s->f32));
+        int r = tbm_masked_read(v->model->isa, t, source_row(gt, first) * row,
+                                (size_t)(count * row), stage, s->weights, NULL, req);
+        if (r < 0)
+            return r;
+        for (uint64_t i = 0; i < count; i++)
+            memcpy(out + (first - g + 2 * i) * row, stage + i * row, (size_t)row);
+    }
+    return 0;
+}
+
 /* Bytes [b0, b0 + len) of a tensor's data in its stored type: its rows in
  * GGUF order, each a run of the stored bytes, masked. */
 static int stored_bytes(const struct tbm_views *v, const struct tbm_gguf_tensor *gt,
@@ -121,9 +150,26 @@ static int stored_bytes(const struct tbm_views *v, const struct tbm_gguf_tensor 
     /* rows in place are one run */
     uint64_t row =
         (gt->heads ? gt->cols : gt->rows * gt->cols) * tbm_precision_size(t->hdr.precision);
+    uint64_t fit = sizeof(s->f32) / row;
 
     for (uint64_t pos = b0, end = b0 + len; pos < end;) {
         uint64_t g = pos / row, in = pos % row;
+        /* whole permuted rows, a head's halves read at once: a read a row
+         * (a weights' pread and a mask's) cost llama.cpp's load of a 2 GiB
+         * model.gguf 105,785 preads rather than 12,825, and interleaved
+         * small reads that the kernel's readahead of a cold source does
+         * not follow */
+        uint64_t whole = in == 0 && gt->heads ? (end - pos) / row : 0;
+        if (whole > 1 && fit > 0) {
+            uint64_t d = gt->rows / gt->heads, n = d - g % d;
+            n = n < whole ? n : whole;
+            n = n < 2 * fit ? n : 2 * fit;
+            int r = permuted_rows(v, gt, s, buf + (pos - b0), g, n, row, req);
+            if (r < 0)
+                return r;
+            pos += n * row;
+            continue;
+        }
         uint64_t n = row - in < end - pos ? row - in : end - pos;
         uint64_t s0 = source_row(gt, g) * row + in;
         int r = tbm_masked_read(v->model->isa, t, s0, (size_t)n, buf + (pos - b0), s->weights, NULL,
