@@ -154,11 +154,10 @@ static int stored_bytes(const struct tbm_views *v, const struct tbm_gguf_tensor 
 
     for (uint64_t pos = b0, end = b0 + len; pos < end;) {
         uint64_t g = pos / row, in = pos % row;
-        /* whole permuted rows, a head's halves read at once: a read a row
-         * (a weights' pread and a mask's) cost llama.cpp's load of a 2 GiB
-         * model.gguf 105,785 preads rather than 12,825, and interleaved
-         * small reads that the kernel's readahead of a cold source does
-         * not follow */
+        /* whole permuted rows, a head's halves read at once: reading a row
+         * at a time (a weights' pread and a mask's) took 105,785 preads to
+         * fault in a 2 GiB model.gguf where this takes 12,825, and made
+         * interleaved small reads of a cold source */
         uint64_t whole = in == 0 && gt->heads ? (end - pos) / row : 0;
         if (whole > 1 && fit > 0) {
             uint64_t d = gt->rows / gt->heads, n = d - g % d;
