@@ -61,18 +61,118 @@ static size_t row_run(const struct tbm_gguf_tensor *gt, uint64_t e, size_t max)
     return left < max ? (size_t)left : max;
 }
 
+/* What a GGUF file holds of a tensor: its stored bytes (masked), or the
+ * expansion as F32 (q NULL) or quantized to q. */
+struct made {
+    bool stored;
+    const struct tbm_quant *q;
+};
+
+/* A GGUF row's bytes in what m makes. */
+static uint64_t made_row(const struct tbm_views *v, const struct tbm_gguf_tensor *gt, struct made m)
+{
+    if (m.stored)
+        return gt->cols * tbm_precision_size(v->model->tensors[gt->t].hdr.precision);
+    return m.q ? gt->cols / m.q->block_elems * m.q->block_bytes : gt->cols * 4;
+}
+
+/* The most rows the scratch makes at once. */
+static uint64_t made_fit(const struct tbm_views *v, const struct tbm_gguf_tensor *gt, struct made m)
+{
+    return m.stored ? sizeof(((struct scratch *)0)->f32) / made_row(v, gt, m) : CHUNK / gt->cols;
+}
+
+/* Makes count stored rows from stored row r0 on (back to back) into the
+ * scratch: where they are. */
+static int make_rows(const struct tbm_views *v, const struct tbm_gguf_tensor *gt, struct made m,
+                     struct scratch *s, uint64_t r0, uint64_t count, const char **rows,
+                     struct tbm_request *req)
+{
+    const struct tbm_tensor *t = &v->model->tensors[gt->t];
+    uint64_t row = made_row(v, gt, m);
+
+    assert(count <= made_fit(v, gt, m));
+    *rows = (const char *)s->f32;
+    if (m.stored)
+        return tbm_masked_read(v->model->isa, t, r0 * row, (size_t)(count * row), (char *)s->f32,
+                               s->weights, NULL, req);
+    int r = tbm_expand_chunk(v, t, s->weights, s->mask, r0 * gt->cols, (size_t)(count * gt->cols),
+                             s->f32, req);
+    if (r < 0 || !m.q)
+        return r;
+    m.q->quantize(v->model->isa, s->f32, (size_t)(count * gt->cols / m.q->block_elems), s->quant);
+    *rows = (const char *)s->quant;
+    return 0;
+}
+
+/* Whole GGUF rows [g, g + n) of a permuted tensor, as m makes them, into
+ * out, n rows inside g's head and at most twice what the scratch makes at
+ * once: the rows of even place in the head lie back to back in the first
+ * half of its stored rows, those of odd place in the second, so each half
+ * is made at once, its rows then put in place. Made a row at a time (a
+ * weights' pread and a mask's each), faulting in a 2 GiB model.gguf took
+ * 105,785 preads where this takes 12,825, and made interleaved small reads
+ * of a cold source. */
+static int permuted_rows(const struct tbm_views *v, const struct tbm_gguf_tensor *gt, struct made m,
+                         struct scratch *s, char *out, uint64_t g, uint64_t n,
+                         struct tbm_request *req)
+{
+    uint64_t d = gt->rows / gt->heads, row = made_row(v, gt, m);
+
+    for (uint64_t odd = 0; odd < 2; odd++) {
+        uint64_t first = g + (g % d % 2 != odd);
+        if (first >= g + n)
+            continue;
+        uint64_t count = (g + n - first + 1) / 2;
+        const char *rows;
+        int r = make_rows(v, gt, m, s, source_row(gt, first), count, &rows, req);
+        if (r < 0)
+            return r;
+        for (uint64_t i = 0; i < count; i++)
+            memcpy(out + (first - g + 2 * i) * row, rows + i * row, (size_t)row);
+    }
+    return 0;
+}
+
+/* At byte *pos of a tensor's data as m makes it (buf holding its bytes from
+ * b0 on, up to end): makes whole permuted rows at once, *pos then past
+ * them. Returns 1 when it did, 0 when *pos is not at a row's start, fewer
+ * than two whole rows remain or the rows are not permuted, or the failure. */
+static int permuted_step(const struct tbm_views *v, const struct tbm_gguf_tensor *gt, struct made m,
+                         struct scratch *s, char *buf, uint64_t b0, uint64_t *pos, uint64_t end,
+                         struct tbm_request *req)
+{
+    uint64_t row = made_row(v, gt, m), fit = made_fit(v, gt, m), whole = (end - *pos) / row;
+
+    if (!gt->heads || *pos % row != 0 || whole < 2 || fit == 0)
+        return 0;
+    uint64_t g = *pos / row, d = gt->rows / gt->heads, n = d - g % d;
+    n = n < whole ? n : whole;
+    n = n < 2 * fit ? n : 2 * fit;
+    int r = permuted_rows(v, gt, m, s, buf + (*pos - b0), g, n, req);
+    if (r < 0)
+        return r;
+    *pos += n * row;
+    return 1;
+}
+
 /* Bytes [b0, b0 + len) of a tensor's F32 data: the expansion, rows in GGUF
  * order. */
 static int f32_bytes(const struct tbm_views *v, const struct tbm_gguf_tensor *gt, struct scratch *s,
                      char *buf, uint64_t b0, size_t len, struct tbm_request *req)
 {
     const struct tbm_tensor *t = &v->model->tensors[gt->t];
+    const struct made m = {.stored = false, .q = NULL};
 
     for (uint64_t pos = b0, end = b0 + len; pos < end;) {
+        int r = permuted_step(v, gt, m, s, buf, b0, &pos, end, req);
+        if (r < 0)
+            return r;
+        if (r)
+            continue;
         uint64_t e = pos / 4, want = (end - e * 4 + 3) / 4;
         size_t count = row_run(gt, e, want < CHUNK ? (size_t)want : CHUNK);
-        int r =
-            tbm_expand_chunk(v, t, s->weights, s->mask, source_element(gt, e), count, s->f32, req);
+        r = tbm_expand_chunk(v, t, s->weights, s->mask, source_element(gt, e), count, s->f32, req);
         if (r < 0)
             return r;
         size_t n = count * 4 - pos % 4;
@@ -91,14 +191,19 @@ static int quant_bytes(const struct tbm_views *v, const struct tbm_gguf_tensor *
 {
     const struct tbm_tensor *t = &v->model->tensors[gt->t];
     uint64_t bb = q->block_bytes, be = q->block_elems;
+    const struct made m = {.stored = false, .q = q};
 
     assert(bb <= be * QUANT_MAX && CHUNK % be == 0);
     for (uint64_t pos = b0, end = b0 + len; pos < end;) {
+        int r = permuted_step(v, gt, m, s, buf, b0, &pos, end, req);
+        if (r < 0)
+            return r;
+        if (r)
+            continue;
         uint64_t blk = pos / bb, e = blk * be;
         uint64_t want = (end - blk * bb + bb - 1) / bb;
         size_t count = row_run(gt, e, want < CHUNK / be ? (size_t)(want * be) : CHUNK);
-        int r =
-            tbm_expand_chunk(v, t, s->weights, s->mask, source_element(gt, e), count, s->f32, req);
+        r = tbm_expand_chunk(v, t, s->weights, s->mask, source_element(gt, e), count, s->f32, req);
         if (r < 0)
             return r;
         q->quantize(v->model->isa, s->f32, count / be, s->quant);
@@ -107,35 +212,6 @@ static int quant_bytes(const struct tbm_views *v, const struct tbm_gguf_tensor *
         n = n < end - pos ? n : (size_t)(end - pos);
         memcpy(buf + (pos - b0), s->quant + skip, n);
         pos += n;
-    }
-    return 0;
-}
-
-/* Whole GGUF rows [g, g + n) of a permuted tensor (row bytes each) into out,
- * n rows inside g's head and at most as many of either half as the f32
- * scratch holds: the rows of even place in the head lie back to back in the
- * first half of its stored rows, those of odd place in the second, so each
- * half is one masked read into the scratch, its rows then put in place. */
-static int permuted_rows(const struct tbm_views *v, const struct tbm_gguf_tensor *gt,
-                         struct scratch *s, char *out, uint64_t g, uint64_t n, uint64_t row,
-                         struct tbm_request *req)
-{
-    const struct tbm_tensor *t = &v->model->tensors[gt->t];
-    uint64_t d = gt->rows / gt->heads;
-    char *stage = (char *)s->f32;
-
-    for (uint64_t odd = 0; odd < 2; odd++) {
-        uint64_t first = g + (g % d % 2 != odd);
-        if (first >= g + n)
-            continue;
-        uint64_t count = (g + n - first + 1) / 2;
-        assert(count * row <= sizeof(s->f32));
-        int r = tbm_masked_read(v->model->isa, t, source_row(gt, first) * row,
-                                (size_t)(count * row), stage, s->weights, NULL, req);
-        if (r < 0)
-            return r;
-        for (uint64_t i = 0; i < count; i++)
-            memcpy(out + (first - g + 2 * i) * row, stage + i * row, (size_t)row);
     }
     return 0;
 }
@@ -150,29 +226,19 @@ static int stored_bytes(const struct tbm_views *v, const struct tbm_gguf_tensor 
     /* rows in place are one run */
     uint64_t row =
         (gt->heads ? gt->cols : gt->rows * gt->cols) * tbm_precision_size(t->hdr.precision);
-    uint64_t fit = sizeof(s->f32) / row;
+    const struct made m = {.stored = true, .q = NULL};
 
     for (uint64_t pos = b0, end = b0 + len; pos < end;) {
-        uint64_t g = pos / row, in = pos % row;
-        /* whole permuted rows, a head's halves read at once: reading a row
-         * at a time (a weights' pread and a mask's) took 105,785 preads to
-         * fault in a 2 GiB model.gguf where this takes 12,825, and made
-         * interleaved small reads of a cold source */
-        uint64_t whole = in == 0 && gt->heads ? (end - pos) / row : 0;
-        if (whole > 1 && fit > 0) {
-            uint64_t d = gt->rows / gt->heads, n = d - g % d;
-            n = n < whole ? n : whole;
-            n = n < 2 * fit ? n : 2 * fit;
-            int r = permuted_rows(v, gt, s, buf + (pos - b0), g, n, row, req);
-            if (r < 0)
-                return r;
-            pos += n * row;
+        int r = permuted_step(v, gt, m, s, buf, b0, &pos, end, req);
+        if (r < 0)
+            return r;
+        if (r)
             continue;
-        }
+        uint64_t g = pos / row, in = pos % row;
         uint64_t n = row - in < end - pos ? row - in : end - pos;
         uint64_t s0 = source_row(gt, g) * row + in;
-        int r = tbm_masked_read(v->model->isa, t, s0, (size_t)n, buf + (pos - b0), s->weights, NULL,
-                                req);
+        r = tbm_masked_read(v->model->isa, t, s0, (size_t)n, buf + (pos - b0), s->weights, NULL,
+                            req);
         if (r < 0)
             return r;
         pos += n;

@@ -35,9 +35,10 @@ def write(suite, name, tensors, config, arch="llama"):
 def special_model():
     """fp32 tensors under GGUF names (not permuted) whose Q8_0 blocks hold rounding ties
     (amax 127, so d = 1), all-zero and -0.0 blocks, NaN and infinity, a tiny amax whose 1/d
-    overflows, and a d too large for fp16; an fp16 1-D norm and an fp64 matrix as F32."""
+    overflows, and a d too large for fp16; an fp16 1-D norm and fp64 matrices as F32, one of
+    them with its rows permuted (k)."""
     tensors, config = ggufref.llama_model(
-        gen, {"embed": "fp32", "norm": "fp16", "q": "fp32", "k": "fp32", "v": "fp32",
+        gen, {"embed": "fp32", "norm": "fp16", "q": "fp32", "k": "fp64", "v": "fp32",
               "o": "fp64", "mlp": "fp32", "head": "fp32"}, layers=1, lm_head=True,
         names={"model.embed_tokens.weight": "token_embd.weight",
                "model.layers.0.self_attn.q_proj.weight": "blk.0.attn_q.weight"})
