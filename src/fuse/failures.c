@@ -63,6 +63,7 @@ static bool report_change(struct tbm_fs *fs, size_t t)
 
 void tbm_fs_sources_changed(struct tbm_fs *fs)
 {
+    atomic_store(&fs->changed, true);
     for (size_t t = 0; t < fs->ntensors; t++)
         report_change(fs, t);
     if (fs->se)
@@ -92,6 +93,8 @@ void tbm_fs_failed(struct tbm_fs *fs, long tensor, const struct tbm_row *row, in
 {
     pthread_t thread;
 
+    if (status == TBM_ERR_CHANGED)
+        atomic_store(&fs->changed, true);
     /* Not from this request's thread: the kernel may hold the very pages
      * whose read we are answering. */
     if (status == TBM_ERR_CHANGED && tensor >= 0 && report_change(fs, (size_t)tensor) && fs->se &&

@@ -389,6 +389,18 @@ int tbm_fs_thread(pthread_t *thread, void *(*fn)(void *), void *arg)
     return r;
 }
 
+/* Whether the source of row's file of tensor t is known changed in place: a
+ * root file may hold any tensor's bytes. Its open then drops the kernel's
+ * cached pages of the file: the invalidation that follows a change runs on
+ * a thread of its own (tbm_fs_failed), and a reader who opens the next file
+ * at once must get the EIO, not the old bytes from the cache. */
+static bool source_changed(const struct tbm_fs *fs, const struct tbm_row *row, size_t t)
+{
+    if (tbm_row_place(row) == TBM_ROW_ROOT)
+        return atomic_load(&fs->changed);
+    return tbm_views_tensor_changed(fs->views, t);
+}
+
 void tbm_fs_open_file(const struct tbm_fs *fs, fuse_req_t req, struct fuse_file_info *fi,
                       const struct tbm_row *row, size_t t)
 {
@@ -402,8 +414,10 @@ void tbm_fs_open_file(const struct tbm_fs *fs, fuse_req_t req, struct fuse_file_
     /* every size is exact in stat and the bytes never change while the
      * source does not: the kernel's cache of them lasts across opens; but
      * for the statistics not waited for, which a later open may show where
-     * an earlier one had null */
-    fi->keep_cache = !tbm_views_stats_nowait(fs->views) || tbm_row_stats(row) == TBM_ROW_STATS_NONE;
+     * an earlier one had null, and once the source changed */
+    fi->keep_cache =
+        (!tbm_views_stats_nowait(fs->views) || tbm_row_stats(row) == TBM_ROW_STATS_NONE) &&
+        !source_changed(fs, row, t);
     fi->fh = (uint64_t)(uintptr_t)file;
     /* Unanswered (the opener is gone), the open gets no release to close it. */
     if (fuse_reply_open(req, fi) != 0)

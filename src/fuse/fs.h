@@ -6,6 +6,7 @@
 #define FUSE_USE_VERSION FUSE_MAKE_VERSION(3, 12)
 #include <fuse_lowlevel.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 
 #include "tbm/view.h"
@@ -47,6 +48,7 @@ struct tbm_fs {
     struct tbm_fs_watch *watch;     /* the watch of the local files; NULL: none */
     struct fuse_session *se;        /* for the kernel-cache notifications */
     bool debug;                     /* -d: name the file of each node opened */
+    atomic_bool changed;            /* a source was found changed in place */
     struct tbm_fs_failures failures;
 };
 
