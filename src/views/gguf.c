@@ -89,13 +89,14 @@ static int make_rows(const struct tbm_views *v, const struct tbm_gguf_tensor *gt
                      struct tbm_request *req)
 {
     const struct tbm_tensor *t = &v->model->tensors[gt->t];
-    uint64_t row = made_row(v, gt, m);
 
     assert(count <= made_fit(v, gt, m));
     *rows = (const char *)s->f32;
-    if (m.stored)
+    if (m.stored) {
+        uint64_t row = made_row(v, gt, m);
         return tbm_masked_read(v->model->isa, t, r0 * row, (size_t)(count * row), (char *)s->f32,
                                s->weights, NULL, req);
+    }
     int r = tbm_expand_chunk(v, t, s->weights, s->mask, r0 * gt->cols, (size_t)(count * gt->cols),
                              s->f32, req);
     if (r < 0 || !m.q)
